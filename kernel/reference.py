@@ -1,0 +1,96 @@
+"""Reference attention forwards: slow and obviously right.
+
+* :func:`attention_reference` is the yardstick for every correctness check: float32
+  (or float64) math on upcast inputs, through PyTorch SDPA for the output and an
+  explicit logsumexp for ``lse``.
+* :func:`flash_attn_tiled_reference` is the article's tiled FA2 in plain PyTorch, a
+  Python double loop over tiles with the online softmax, now with causal masking and
+  ragged tiles. It is a readable model of what the Triton kernel does, not fast.
+
+Shapes: ``q`` [..., N_q, D], ``k`` and ``v`` [..., N_k, D] with the same leading dims.
+Returns ``(out, lse)``: ``out`` [..., N_q, D], ``lse`` [..., N_q], natural log.
+Causal masks key j for query i unless j <= i (top-left aligned).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def causal_keep(n_q: int, n_k: int, device=None) -> torch.Tensor:
+    """[N_q, N_k] bool, True where query i may attend to key j (j <= i)."""
+    return torch.ones(n_q, n_k, dtype=torch.bool, device=device).tril()
+
+
+def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention in ``dtype`` (float32 or float64) on upcast inputs.
+
+    Args:
+        q: [..., N_q, D]. k, v: [..., N_k, D].
+        causal: top-left aligned causal mask.
+        dtype: compute precision.
+
+    Returns:
+        ``(out [..., N_q, D] in dtype, lse [..., N_q] in dtype)``.
+    """
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])          # [..., N_q, N_k]
+    if causal:
+        scores = scores.masked_fill(~causal_keep(n_q, n_k, q.device), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)                                 # [..., N_q]
+    mask = causal_keep(n_q, n_k, q.device) if causal else None
+    # The math backend is exact at this precision and accepts float64 and any device.
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)   # [..., N_q, D]
+    return out, lse
+
+
+def flash_attn_tiled_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                               tile_q: int = 16, tile_k: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """The article's FA2 forward in PyTorch: tiles, online softmax, fp32 state.
+
+    Args:
+        q: [..., N_q, D]. k, v: [..., N_k, D]. Any N (the last tiles may be ragged).
+        causal: top-left aligned causal mask; tiles above the diagonal are skipped.
+        tile_q, tile_k: tile sizes.
+
+    Returns:
+        ``(out [..., N_q, D] in q.dtype, lse [..., N_q] float32)``.
+    """
+    n_q, n_k, head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(head_dim)
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32)
+    for q_start in range(0, n_q, tile_q):
+        q_tile = q[..., q_start:q_start + tile_q, :].float()                  # [..., Bq, D]
+        rows = q_tile.shape[-2]
+        acc = torch.zeros_like(q_tile)                                        # [..., Bq, D]
+        row_sum = torch.zeros(q_tile.shape[:-1] + (1,), device=q.device)      # [..., Bq, 1]
+        row_max = torch.full_like(row_sum, float("-inf"))                     # [..., Bq, 1]
+        key_stop = min(n_k, q_start + rows) if causal else n_k
+        for k_start in range(0, key_stop, tile_k):
+            k_tile = k[..., k_start:k_start + tile_k, :].float()              # [..., Bk, D]
+            v_tile = v[..., k_start:k_start + tile_k, :].float()              # [..., Bk, D]
+            scores = q_tile @ k_tile.transpose(-1, -2) * scale                # [..., Bq, Bk]
+            if causal:
+                q_pos = torch.arange(q_start, q_start + rows, device=q.device)[:, None]
+                k_pos = torch.arange(k_start, k_start + k_tile.shape[-2], device=q.device)[None, :]
+                scores = scores.masked_fill(k_pos > q_pos, float("-inf"))
+            new_max = torch.maximum(row_max, scores.amax(dim=-1, keepdim=True))
+            # A row that has seen only masked keys keeps -inf; shifting by 0 keeps exp at 0.
+            shift = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
+            probs = torch.exp(scores - shift)                                 # [..., Bq, Bk]
+            alpha = torch.exp(row_max - shift)                                # [..., Bq, 1]
+            row_sum = alpha * row_sum + probs.sum(dim=-1, keepdim=True)
+            acc = alpha * acc + probs @ v_tile
+            row_max = new_max
+        has_key = row_sum > 0
+        out[..., q_start:q_start + rows, :] = (acc / torch.where(has_key, row_sum, 1.0)).to(q.dtype)
+        lse[..., q_start:q_start + rows] = torch.where(
+            has_key, row_max + torch.log(row_sum), torch.full_like(row_max, float("-inf"))).squeeze(-1)
+    return out, lse
