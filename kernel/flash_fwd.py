@@ -278,11 +278,34 @@ def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int) -
         raise ValueError(f"num_stages={num_stages!r} must be an integer >= 1")
 
 
-def default_config(head_dim: int, causal: bool = False) -> dict[str, int]:
-    """A config that is good on Hopper and fits Ada's 99 KB; the tuner finds better ones."""
+def default_config(head_dim: int, causal: bool = False, capability: int | None = None) -> dict[str, int]:
+    """A good hand-picked config; the tuner finds better ones for your GPU and shape.
+
+    Hopper values are the fastest of 16 candidates timed on an H200 at N=4096, bf16
+    (docs/results/2026-11-30-h200-kernel-bench.md). Elsewhere the values are chosen to
+    fit Ada's 99 KB of shared memory per block.
+
+    Args:
+        head_dim: D.
+        causal: whether the launch is causal.
+        capability: compute capability as an int (90 for sm_90); default the current
+            CUDA device, or a non-Hopper choice without one.
+    """
+    if capability is None:
+        capability = 0
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            capability = 10 * major + minor
+    hopper = 90 <= capability < 100
     if head_dim <= 64:
-        return dict(block_m=128, block_n=64, num_warps=8 if not causal else 4, num_stages=3)
+        if hopper and causal:
+            return dict(block_m=64, block_n=64, num_warps=4, num_stages=3)
+        return dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
     if head_dim == 128:
+        if hopper:
+            if causal:
+                return dict(block_m=64, block_n=64, num_warps=4, num_stages=3)
+            return dict(block_m=128, block_n=128, num_warps=8, num_stages=3)
         return dict(block_m=128, block_n=64, num_warps=8, num_stages=2)
     return dict(block_m=64, block_n=32, num_warps=4, num_stages=1)
 

@@ -117,14 +117,14 @@ class BudgetResult:
 
 def uses_wgmma(config: Config, gpu: GpuSpec) -> bool:
     """Whether Triton lowers this config's dots to Hopper's wgmma."""
-    if gpu.capability < 90 or gpu.capability >= 120 or config.num_warps % 4 != 0:
-        return False
-    return config.block_m >= 16 * (config.num_warps // (config.num_warps // 4 if config.block_m < 64 * (config.num_warps // 4) else 1))
+    return 90 <= gpu.capability < 120 and config.num_warps % 4 == 0 and config.block_m >= 64
 
 
 def _conversion_scratch(config: Config, head_dim: int, elem: int, gpu: GpuSpec) -> int:
     """Scratch for layout conversions that coexist with the pipeline buffers."""
-    return 0
+    if config.num_warps == 1 or config.block_m >= head_dim:
+        return 0
+    return config.block_m * config.block_n * elem
 
 
 def model_smem_bytes(config: Config, head_dim: int, dtype: str, gpu: GpuSpec) -> int:
