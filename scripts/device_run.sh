@@ -25,7 +25,7 @@ tasks = [(Config(**c), Problem(head_dim=d, causal=k), 90) for c in CANDIDATES fo
 print('precompiled', len(compile_many(tasks)))" ;;
     pick) python3 -m kernel.bench --pick --n 4096 --json "$OUT/pick.json" --markdown "$OUT/pick.md" 2>&1 | tail -12 ;;
     bench) python3 -m kernel.bench --pick --json "$OUT/bench.json" --markdown "$OUT/bench.md" 2>&1 | tail -40 ;;
-    budget128) python3 -m pytest -v -s -p no:cacheprovider "tests/test_budget.py::test_verdicts_hold_on_the_device[128]" 2>&1 | tee "$OUT/budget128.log" | grep -E "sm_9|passed|failed" ;;
+    budget128) timeout 420 python3 -m pytest -v -s -p no:cacheprovider "tests/test_budget.py::test_verdicts_hold_on_the_device[128]" 2>&1 | tee "$OUT/budget128.log" | grep -E "sm_9|passed|failed|compiled" ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -145,7 +145,8 @@ def test_verdicts_hold_on_the_device(head_dim):
 
     gpu = GpuSpec.from_name("auto")
     problem = Problem(batch=1, heads=2, n_q=512, n_k=512, head_dim=head_dim)
-    results = budget.check_many(SearchSpace().all_configs(), problem, gpu)
+    results = budget.check_many(SearchSpace().all_configs(), problem, gpu,
+                                progress=lambda done, total: done % 50 == 0 and print(f"compiled {done}/{total}", flush=True))
     q, k, v = (torch.randn(1, 2, 512, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     counts = {"launched": 0, "over_smem_failed": 0}
     for r in results:
