@@ -181,18 +181,23 @@ def read_resource_usage(cubin: bytes) -> tuple[int, int, int]:
 def _cache_key(config: Config, problem: Problem, capability: int) -> str:
     import triton
 
-    from kernel import COMPILE_OPTIONS, LaunchShape, compile_source
+    from kernel import COMPILE_OPTIONS, flash_fwd
 
-    shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
-    signature, constexprs, attrs = compile_source(_torch_dtype(problem.dtype), shape, problem.causal,
-                                                  config.block_m, config.block_n)
-    from kernel import flash_fwd
+    signature, constexprs, attrs = _compile_inputs(config, problem)
 
     # The device code alone: editing the launcher must not throw the cache away.
     source = "".join(inspect.getsource(f.fn) for f in (flash_fwd._attend_tiles, flash_fwd._flash_fwd_kernel)).encode()
     blob = repr((triton.__version__, capability, config, signature, sorted(constexprs.items()),
                  sorted(attrs.items()), sorted(COMPILE_OPTIONS.items()))).encode() + source
     return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def _compile_inputs(config: Config, problem: Problem):
+    """``(signature, constexprs, attrs)`` as the JIT would build them for this problem."""
+    from kernel import LaunchShape, compile_source
+
+    shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
+    return compile_source(_torch_dtype(problem.dtype), shape, problem.causal, config.block_m, config.block_n)
 
 
 def _torch_dtype(name: str):
@@ -206,12 +211,10 @@ def _compile_uncached(config: Config, problem: Problem, capability: int) -> Comp
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernel import COMPILE_OPTIONS, LaunchShape, compile_source
+    from kernel import COMPILE_OPTIONS
     from kernel.flash_fwd import _flash_fwd_kernel
 
-    shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
-    signature, constexprs, attrs = compile_source(_torch_dtype(problem.dtype), shape, problem.causal,
-                                                  config.block_m, config.block_n)
+    signature, constexprs, attrs = _compile_inputs(config, problem)
     try:
         compiled = triton.compile(
             ASTSource(_flash_fwd_kernel, signature, constexprs, attrs),
