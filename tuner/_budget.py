@@ -22,9 +22,10 @@ mma.sync + cp.async (sm_8x, 120)  (s-1)*(K+V) + Q + C         Q + K + C
 wgmma (sm_90, sm_100)             s*(K+V) + Q                 Q + K + V
 ================================  ==========================  ================
 
-C is the layout-conversion scratch (see :func:`_conversion_scratch`). Hopper takes
-the wgmma path only with num_warps a multiple of 4 and BLOCK_M a multiple of
-16 * num_warps / (warps along N); otherwise it falls back to the mma.sync row.
+C = BLOCK_M*BLOCK_N*e, the P tile passed through shared memory on its way to being a
+dot operand, when num_warps >= 2 and BLOCK_M < D; else 0 (:func:`_conversion_scratch`).
+Hopper takes the wgmma path only with num_warps a multiple of 4 and BLOCK_M >= 64;
+otherwise it falls back to the mma.sync row. The sm_100 row is unchecked.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def uses_wgmma(config: Config, gpu: GpuSpec) -> bool:
     return 90 <= gpu.capability < 120 and config.num_warps % 4 == 0 and config.block_m >= 64
 
 
-def _conversion_scratch(config: Config, head_dim: int, elem: int, gpu: GpuSpec) -> int:
+def _conversion_scratch(config: Config, head_dim: int, elem: int) -> int:
     """Scratch for layout conversions that coexist with the pipeline buffers."""
     if config.num_warps == 1 or config.block_m >= head_dim:
         return 0
@@ -143,7 +144,7 @@ def model_smem_bytes(config: Config, head_dim: int, dtype: str, gpu: GpuSpec) ->
         if config.num_stages == 1:
             return q_bytes + 2 * kv_bytes
         return config.num_stages * 2 * kv_bytes + q_bytes
-    scratch = _conversion_scratch(config, head_dim, elem, gpu)
+    scratch = _conversion_scratch(config, head_dim, elem)
     if config.num_stages == 1:
         return q_bytes + kv_bytes + scratch
     return (config.num_stages - 1) * 2 * kv_bytes + q_bytes + scratch
@@ -192,6 +193,14 @@ def _cache_key(config: Config, problem: Problem, capability: int) -> str:
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
+def _cache_path(config: Config, problem: Problem, capability: int) -> Path:
+    return cache_dir() / f"{_cache_key(config, problem, capability)}.json"
+
+
+def _read_cache(path: Path) -> CompileInfo | None:
+    return CompileInfo(**json.loads(path.read_text())) if path.exists() else None
+
+
 def _compile_inputs(config: Config, problem: Problem):
     """``(signature, constexprs, attrs)`` as the JIT would build them for this problem."""
     from kernel import LaunchShape, compile_source
@@ -234,9 +243,10 @@ def compile_config(config: Config, problem: Problem, capability: int) -> Compile
 
     Must run where ``TRITON_INTERPRET`` is off; :func:`compile_many` sees to that.
     """
-    path = cache_dir() / f"{_cache_key(config, problem, capability)}.json"
-    if path.exists():
-        return CompileInfo(**json.loads(path.read_text()))
+    path = _cache_path(config, problem, capability)
+    cached = _read_cache(path)
+    if cached is not None:
+        return cached
     info = _compile_uncached(config, problem, capability)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
@@ -267,10 +277,8 @@ def compile_many(tasks: Sequence[tuple[Config, Problem, int]], jobs: int | None 
     results: list[CompileInfo | None] = [None] * len(tasks)
     todo = []
     for index, task in enumerate(tasks):       # cache hits need no worker
-        path = cache_dir() / f"{_cache_key(*task)}.json"
-        if path.exists():
-            results[index] = CompileInfo(**json.loads(path.read_text()))
-        else:
+        results[index] = _read_cache(_cache_path(*task))
+        if results[index] is None:
             todo.append(index)
     done = len(tasks) - len(todo)
     if progress:
