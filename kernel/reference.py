@@ -10,11 +10,14 @@
 Shapes: ``q`` [..., N_q, D], ``k`` and ``v`` [..., N_k, D] with the same leading dims.
 Returns ``(out, lse)``: ``out`` [..., N_q, D], ``lse`` [..., N_q], natural log.
 Causal masks key j for query i unless j <= i (top-left aligned).
+
+:func:`accuracy` is the correctness rule shared by the tests and the tuner's gate.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -94,3 +97,72 @@ def flash_attn_tiled_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         lse[..., q_start:q_start + rows] = torch.where(
             has_key, row_max + torch.log(row_sum), torch.full_like(row_max, float("-inf"))).squeeze(-1)
     return out, lse
+
+
+# --------------------------------------------------------------------------- accuracy
+
+# Floors of the relative error bound, against a float32 reference. fp32 dots run as
+# tf32 on the GPU (Triton's default), about 3e-4; the interpreter is exact.
+ERROR_FLOOR = {torch.float32: 2e-3, torch.float16: 2e-3, torch.bfloat16: 1.2e-2}
+# A kernel's output error may be at most this multiple of PyTorch's own error at that dtype.
+TORCH_ERROR_MULTIPLE = 3.0
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Relative Frobenius error ``|actual - expected| / |expected|``, in float64."""
+    actual, expected = actual.double(), expected.double()
+    return ((actual - expected).norm() / expected.norm().clamp_min(1e-30)).item()
+
+
+def torch_low_precision_error(q, k, v, causal: bool, ref_out: torch.Tensor) -> float:
+    """PyTorch SDPA's own error at q's dtype against the float32 reference ``ref_out``."""
+    if q.dtype == torch.float32:
+        return 0.0
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    if causal and n_q != n_k:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_keep(n_q, n_k, q.device))
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return rel_err(out, ref_out)
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """A kernel's (out, lse) against the float32 reference, and whether it passes."""
+
+    err_out: float
+    err_lse: float
+    bound_out: float
+    bound_lse: float
+    nan: bool
+
+    @property
+    def ok(self) -> bool:
+        return not self.nan and self.err_out <= self.bound_out and self.err_lse <= self.bound_lse
+
+    @property
+    def reason(self) -> str:
+        if self.nan:
+            return "NaN in out or lse (an element left unwritten, or bad math)"
+        return (f"out rel err {self.err_out:.2e} (bound {self.bound_out:.2e}), "
+                f"lse rel err {self.err_lse:.2e} (bound {self.bound_lse:.2e})")
+
+
+def accuracy(out, lse, q, k, v, causal: bool, reference=None, torch_error: float | None = None) -> Accuracy:
+    """The flash-attention test rule: error against a float32 reference within a small
+    multiple of PyTorch's own low-precision error (or a floor); ``lse`` within the floor.
+
+    Args:
+        out: [..., N_q, D] the kernel's output. lse: [..., N_q] its logsumexp.
+        q, k, v: the inputs it was given.
+        reference: ``attention_reference(q, k, v, causal)`` if already computed.
+        torch_error: :func:`torch_low_precision_error` if already computed.
+    """
+    ref_out, ref_lse = reference if reference is not None else attention_reference(q, k, v, causal)
+    if torch_error is None:
+        torch_error = torch_low_precision_error(q, k, v, causal, ref_out)
+    nan = bool(torch.isnan(out).any() or torch.isnan(lse).any())
+    return Accuracy(err_out=float("nan") if nan else rel_err(out, ref_out),
+                    err_lse=float("nan") if nan else rel_err(lse, ref_lse),
+                    bound_out=max(ERROR_FLOOR[q.dtype], TORCH_ERROR_MULTIPLE * torch_error),
+                    bound_lse=ERROR_FLOOR[q.dtype], nan=nan)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One full GPU session on the device machine: GPU tests, budget launch check, benchmarks.
-# Usage (device tool, repo root): bash scripts/device_run.sh [stage ...]; writes under $OUT.
+# GPU work on the device machine: GPU tests, sweeps, benchmarks. Writes logs under $OUT.
+# Usage (device tool, repo root, carry .whl): bash scripts/device_run.sh [stage ...]
+# Caches and the database live under .cache/ and studies/ (git-ignored), so a warm
+# machine keeps them from one call to the next.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -9,23 +11,26 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
-export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache FA2_TUNER_CACHE=/tmp/fa2-cache
-stages=${*:-tests bench}
+export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.cache/triton FA2_TUNER_CACHE=$PWD/.cache/fa2-tuner
+DB=studies/h200.db
+stages=${*:-gputests}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$OUT/env.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
+python3 -c "import torch, triton, optuna; print('torch', torch.__version__, 'triton', triton.__version__, 'optuna', optuna.__version__)" | tee -a "$OUT/env.txt"
+sweep() { python3 -m tuner.sweep --gpu sm_90 --storage "sqlite:///$DB" --no-outputs "$@"; }
 for stage in $stages; do
   echo "== $stage $(date +%T)"
   case $stage in
-    tests) python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_kernel.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASS|FAIL|ERROR|sm_|passed|failed" ;;
-    precompile) python3 -c "
-from kernel.bench import CANDIDATES
-from tuner.budget import compile_many, Problem
-from tuner.space import Config
-tasks = [(Config(**c), Problem(head_dim=d, causal=k), 90) for c in CANDIDATES for d in (64, 128) for k in (False, True)]
-print('precompiled', len(compile_many(tasks)))" ;;
-    pick) python3 -m kernel.bench --pick --n 4096 --json "$OUT/pick.json" --markdown "$OUT/pick.md" 2>&1 | tail -12 ;;
+    gputests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_sweep.py tests/test_kernel.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|error|Error|best config|% flash|B2 H4" ;;
+    kill9)  # the article grid, killed with SIGKILL after KILL_AFTER seconds
+      setsid python3 -m tuner.sweep --gpu sm_90 --storage "sqlite:///$DB" --no-outputs --study article --sampler grid \
+        > "$OUT/article_run1.log" 2>&1 & pid=$!
+      sleep "${KILL_AFTER:-150}"; kill -9 -- -"$pid"; sleep 2
+      python3 scripts/store_report.py "$DB" article | tee "$OUT/after_kill.txt" ;;
+    article) sweep --study article --sampler grid 2>&1 | tee "$OUT/article_run2.log" | grep -v "^\[" ;
+      python3 scripts/store_report.py "$DB" article | tee "$OUT/article_report.txt" ;;
+    hd128) sweep --study head_dim_128 --sampler grid 2>&1 | tee "$OUT/hd128.log" | grep -v "^\[" ;;
+    copydb) cp "$DB" "$OUT/" ;;
     bench) python3 -m kernel.bench --pick --json "$OUT/bench.json" --markdown "$OUT/bench.md" 2>&1 | tail -40 ;;
-    budget128) timeout 420 python3 -m pytest -v -s -p no:cacheprovider "tests/test_budget.py::test_verdicts_hold_on_the_device[128]" 2>&1 | tee "$OUT/budget128.log" | grep -E "sm_9|passed|failed|compiled" ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

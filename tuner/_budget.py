@@ -39,7 +39,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -50,8 +50,8 @@ from tuner.space import Config, SearchSpace, restriction
 
 __all__ = [
     "COMPILE_ERROR", "DTYPE_BYTES", "FITS", "INVALID", "LAUNCHABLE", "OVER_REGISTERS", "OVER_SMEM", "SPILLS",
-    "BudgetResult", "CompileInfo", "Problem", "build_parser", "cache_dir", "check", "check_many",
-    "compile_config", "compile_many", "main", "model_smem_bytes", "read_resource_usage", "smem_limit",
+    "BudgetResult", "CompileInfo", "CompilePool", "Problem", "build_parser", "cache_dir", "check", "check_many",
+    "compile_config", "compile_many", "main", "model_smem_bytes", "read_resource_usage", "smem_limit", "specialisation",
     "uses_wgmma", "verdict",
 ]
 
@@ -94,6 +94,7 @@ class CompileInfo:
     registers: int | None = None           # per thread
     spill_bytes: int = 0                   # stack frame (local memory) per thread
     error: str | None = None
+    binary: str | None = None              # hash of the cubin and launch metadata: equal means same kernel
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,13 @@ def _compile_inputs(config: Config, problem: Problem):
     return compile_source(_torch_dtype(problem.dtype), shape, problem.causal, config.block_m, config.block_n)
 
 
+def specialisation(problem: Problem) -> str:
+    """What the JIT specialises a launch of this problem on (dtype, head dim, causal,
+    which integers are divisible by 16 or equal to 1): problems with equal keys run
+    the same binary for a given config."""
+    return repr(_compile_inputs(Config(16, 16, 4, 1), problem))
+
+
 def _torch_dtype(name: str):
     import torch
 
@@ -233,9 +241,11 @@ def _compile_uncached(config: Config, problem: Problem, capability: int) -> Comp
     except Exception as exc:  # a config the compiler rejects is a result, not a crash
         message = str(exc).strip().splitlines()
         return CompileInfo(error=f"{type(exc).__name__}: {message[-1] if message else ''}"[:500])
-    registers, stack, static_shared = read_resource_usage(compiled.asm["cubin"])
+    cubin = compiled.asm["cubin"]
+    registers, stack, static_shared = read_resource_usage(cubin)
+    binary = hashlib.sha256(cubin + repr((compiled.metadata.shared, config.num_warps)).encode()).hexdigest()[:20]
     return CompileInfo(shared_bytes=int(compiled.metadata.shared), static_shared_bytes=static_shared,
-                       registers=registers, spill_bytes=stack)
+                       registers=registers, spill_bytes=stack, binary=binary)
 
 
 def compile_config(config: Config, problem: Problem, capability: int) -> CompileInfo:
@@ -264,35 +274,70 @@ def _compile_task(task):
     return compile_config(*task)
 
 
+class CompilePool:
+    """Cross-compiles on many cores in fresh (spawned) processes, kept for many batches.
+
+    Spawn, not fork: the parent may hold a CUDA context, which fork would corrupt.
+    Cache hits are answered at once, without a worker.
+
+    Args:
+        jobs: worker processes; default every core.
+    """
+
+    def __init__(self, jobs: int | None = None):
+        self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self._executor: ProcessPoolExecutor | None = None
+
+    def submit(self, task: tuple[Config, Problem, int]) -> Future:
+        """Compile (config, problem, capability); the future's result is a :class:`CompileInfo`."""
+        cached = _read_cache(_cache_path(*task))
+        if cached is not None:
+            done: Future = Future()
+            done.set_result(cached)
+            return done
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("spawn"),
+                                                 initializer=_worker_init)
+        return self._executor.submit(_compile_task, task)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def __enter__(self) -> "CompilePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def compile_many(tasks: Sequence[tuple[Config, Problem, int]], jobs: int | None = None,
-                 progress=None) -> list[CompileInfo]:
-    """Compile many (config, problem, capability) on all cores, in fresh processes.
+                 progress=None, pool: CompilePool | None = None) -> list[CompileInfo]:
+    """Compile many (config, problem, capability) on all cores (see :class:`CompilePool`).
 
     Args:
         tasks: what to compile.
-        jobs: worker processes; default every core.
+        jobs: worker processes; default every core (ignored when ``pool`` is given).
         progress: optional callable(done, total), called as results arrive.
+        pool: a pool to reuse; default a new one for this call.
     """
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    results: list[CompileInfo | None] = [None] * len(tasks)
-    todo = []
-    for index, task in enumerate(tasks):       # cache hits need no worker
-        results[index] = _read_cache(_cache_path(*task))
-        if results[index] is None:
-            todo.append(index)
-    done = len(tasks) - len(todo)
-    if progress:
-        progress(done, len(tasks))
-    if todo:
-        # spawn, not fork: the parent may hold a CUDA context, which fork would corrupt.
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=get_context("spawn"),
-                                 initializer=_worker_init) as pool:
-            for index, info in zip(todo, pool.map(_compile_task, [tasks[i] for i in todo])):
-                results[index] = info
-                done += 1
-                if progress:
-                    progress(done, len(tasks))
-    return results  # type: ignore[return-value]
+    own = pool is None
+    pool = pool or CompilePool(jobs)
+    try:
+        futures = [pool.submit(task) for task in tasks]
+        pending = [f for f in futures if not f.done()]
+        done = len(futures) - len(pending)
+        if progress:
+            progress(done, len(tasks))
+        for _ in as_completed(pending):
+            done += 1
+            if progress:
+                progress(done, len(tasks))
+        return [f.result() for f in futures]
+    finally:
+        if own:
+            pool.close()
 
 
 # ----------------------------------------------------------------------------- verdict
@@ -335,11 +380,12 @@ def verdict(config: Config, problem: Problem, gpu: GpuSpec, info: CompileInfo | 
 
 
 def check_many(configs: Iterable[Config], problem: Problem, gpu: GpuSpec, compile: bool = True,
-               jobs: int | None = None, progress=None) -> list[BudgetResult]:
+               jobs: int | None = None, progress=None, pool: CompilePool | None = None) -> list[BudgetResult]:
     """Judge many configs; the ones the restrictions reject are never compiled."""
     configs = list(configs)
     to_compile = [c for c in configs if restriction(c, problem.head_dim) is None] if compile else []
-    infos = dict(zip(to_compile, compile_many([(c, problem, gpu.capability) for c in to_compile], jobs, progress)))
+    infos = dict(zip(to_compile, compile_many([(c, problem, gpu.capability) for c in to_compile], jobs, progress,
+                                              pool)))
     return [verdict(c, problem, gpu, infos.get(c)) for c in configs]
 
 

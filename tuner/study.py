@@ -1,0 +1,266 @@
+"""Study files: what to tune for (shapes), over which configs (space), for what (objective).
+
+A study is a TOML file in ``studies/``::
+
+    name = "article"
+    description = "The article's table"
+
+    [problem]                 # lists expand into several shapes (their product)
+    batch = 4
+    heads = 8
+    n = [512, 1024, 2048, 4096]   # or n_q and n_k separately
+    head_dim = 64
+    dtype = "bf16"
+    causal = [false, true]
+
+    [space]                   # optional; each key defaults to the full default space
+    block_m = [16, 32, 64, 128, 256]
+    restrictions = ["block_m >= block_n"]   # over block_m, block_n, num_warps, num_stages, head_dim
+
+    [objective]               # optional
+    metric = "speedup_vs_flash"  # or speedup_vs_cudnn, tflops; geometric mean over shapes
+
+    [timing]                  # optional: triton.testing.do_bench's budget per shape
+    warmup_ms = 10
+    rep_ms = 40
+
+Several ``[[problem]]`` tables may be given instead of one ``[problem]``. Every error
+names the file, the field and what is allowed (:class:`StudyError`).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuner._budget import DTYPE_BYTES, Problem, specialisation
+from tuner.space import DEFAULT_SPACE, Config, SearchSpace
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+STUDIES_DIR = Path(__file__).resolve().parent.parent / "studies"
+HEAD_DIMS = (16, 32, 64, 128, 256)
+METRICS = ("speedup_vs_flash", "speedup_vs_cudnn", "tflops")
+PROBLEM_FIELDS = ("batch", "heads", "n", "n_q", "n_k", "head_dim", "dtype", "causal")
+RESTRICTION_NAMES = ("block_m", "block_n", "num_warps", "num_stages", "head_dim")
+TOP_FIELDS = ("name", "description", "problem", "space", "objective", "timing")
+
+
+class StudyError(ValueError):
+    """A study file that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long ``triton.testing.do_bench`` warms up and repeats, per shape."""
+
+    warmup_ms: int = 10
+    rep_ms: int = 40
+
+
+@dataclass(frozen=True)
+class Study:
+    """A parsed, validated study file."""
+
+    name: str
+    description: str
+    shapes: tuple[Problem, ...]
+    space: SearchSpace
+    restrictions: tuple[str, ...] = ()
+    metric: str = "speedup_vs_flash"
+    timing: Timing = field(default_factory=Timing)
+    path: str = ""
+
+    def variants(self) -> list[Problem]:
+        """One problem per compiled specialisation (:func:`tuner.budget.specialisation`).
+
+        Sequence lengths that are all multiples of 16 share one binary, so a study of
+        four lengths compiles each config once per (dtype, head dim, causal).
+        """
+        seen: dict[str, Problem] = {}
+        for shape in self.shapes:
+            seen.setdefault(specialisation(shape), shape)
+        return list(seen.values())
+
+    def allowed(self, config: Config, head_dim: int) -> bool:
+        """Whether the study's own restrictions keep this config."""
+        names = dict(block_m=config.block_m, block_n=config.block_n, num_warps=config.num_warps,
+                     num_stages=config.num_stages, head_dim=head_dim)
+        return all(_evaluate(text, names) for text in self.restrictions)
+
+    def configs(self) -> list[Config]:
+        """The configs the study searches: the space less its restrictions (at every head dim)."""
+        head_dims = sorted({s.head_dim for s in self.shapes})
+        return [c for c in self.space.all_configs() if all(self.allowed(c, d) for d in head_dims)]
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+def resolve(name_or_path: str) -> Path:
+    """A study by path, or by name in ``studies/`` (``article`` -> ``studies/article.toml``)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    candidate = STUDIES_DIR / f"{name_or_path.removesuffix('.toml')}.toml"
+    if candidate.exists():
+        return candidate
+    available = ", ".join(sorted(p.stem for p in STUDIES_DIR.glob("*.toml"))) or "none"
+    raise StudyError(f"study {name_or_path!r} not found: not a file, and not a name in {STUDIES_DIR} "
+                     f"(available: {available})")
+
+
+def load(name_or_path: str) -> Study:
+    """Read and validate a study file.
+
+    Raises:
+        StudyError: the file is missing, not TOML, or a field is wrong; the message
+            names the file, the field and the allowed values.
+    """
+    path = resolve(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise StudyError(f"{path}: not valid TOML: {exc}") from None
+    where = str(path)
+    _only(data, TOP_FIELDS, where, "top level")
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name or not all(ch.isalnum() or ch in "-_." for ch in name):
+        raise StudyError(f"{where}: name = {name!r} must be a non-empty string of letters, digits, '-', '_', '.'")
+    problems = data.get("problem")
+    if problems is None:
+        raise StudyError(f"{where}: [problem] is missing; it names the shapes to tune for (batch, heads, n, "
+                         f"head_dim, dtype, causal)")
+    problems = problems if isinstance(problems, list) else [problems]
+    shapes: list[Problem] = []
+    for index, table in enumerate(problems):
+        label = "[problem]" if len(problems) == 1 else f"[[problem]] #{index + 1}"
+        for shape in _shapes(table, where, label):
+            if shape not in shapes:
+                shapes.append(shape)
+    space, restrictions = _space(data.get("space", {}), where)
+    objective = data.get("objective", {})
+    _only(objective, ("metric",), where, "[objective]")
+    metric = objective.get("metric", "speedup_vs_flash")
+    if metric not in METRICS:
+        raise StudyError(f"{where}: [objective] metric = {metric!r} is not allowed; use one of {', '.join(METRICS)}")
+    timing_table = data.get("timing", {})
+    _only(timing_table, ("warmup_ms", "rep_ms"), where, "[timing]")
+    for key in timing_table:
+        value = timing_table[key]
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 10_000:
+            raise StudyError(f"{where}: [timing] {key} = {value!r} must be an integer from 1 to 10000 (ms)")
+    study = Study(name=name, description=str(data.get("description", "")), shapes=tuple(shapes), space=space,
+                  restrictions=restrictions, metric=metric, timing=Timing(**timing_table), path=str(path))
+    if not study.configs():
+        raise StudyError(f"{where}: [space] restrictions leave no config to search")
+    return study
+
+
+def _only(table, allowed: tuple[str, ...], where: str, label: str) -> None:
+    if not isinstance(table, dict):
+        raise StudyError(f"{where}: {label} must be a table")
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise StudyError(f"{where}: {label} has unknown field {unknown[0]!r}; allowed: {', '.join(allowed)}")
+
+
+def _values(table: dict, key: str, default, where: str, label: str) -> list:
+    value = table.get(key, default)
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise StudyError(f"{where}: {label} {key} is an empty list")
+    return values
+
+
+def _shapes(table, where: str, label: str) -> list[Problem]:
+    _only(table, PROBLEM_FIELDS, where, label)
+    if "n" in table and ("n_q" in table or "n_k" in table):
+        raise StudyError(f"{where}: {label} give either n, or n_q and n_k, not both")
+    fields = {}
+    for key, default in (("batch", 4), ("heads", 8), ("head_dim", 64)):
+        fields[key] = _values(table, key, default, where, label)
+        for value in fields[key]:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise StudyError(f"{where}: {label} {key} = {value!r} must be a positive integer")
+    for value in fields["head_dim"]:
+        if value not in HEAD_DIMS:
+            raise StudyError(f"{where}: {label} head_dim = {value} is not supported; use one of {HEAD_DIMS}")
+    lengths = {}
+    for key in ("n_q", "n_k"):
+        lengths[key] = _values(table, "n" if "n" in table else key, 4096, where, label)
+        for value in lengths[key]:
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1 << 20:
+                raise StudyError(f"{where}: {label} {key if 'n' not in table else 'n'} = {value!r} "
+                                 f"must be an integer from 1 to {1 << 20}")
+    dtypes = _values(table, "dtype", "bf16", where, label)
+    for value in dtypes:
+        if value not in DTYPE_BYTES:
+            raise StudyError(f"{where}: {label} dtype = {value!r} is not allowed; use one of "
+                             f"{', '.join(DTYPE_BYTES)}")
+    causals = _values(table, "causal", False, where, label)
+    for value in causals:
+        if not isinstance(value, bool):
+            raise StudyError(f"{where}: {label} causal = {value!r} must be true or false")
+    pairs = (list(zip(lengths["n_q"], lengths["n_k"])) if "n" in table
+             else list(itertools.product(lengths["n_q"], lengths["n_k"])))
+    return [Problem(batch=b, heads=h, n_q=n_q, n_k=n_k, head_dim=d, dtype=t, causal=c)
+            for d in fields["head_dim"] for t in dtypes for c in causals for (n_q, n_k) in pairs
+            for b in fields["batch"] for h in fields["heads"]]
+
+
+def _space(table, where: str) -> tuple[SearchSpace, tuple[str, ...]]:
+    _only(table, tuple(DEFAULT_SPACE) + ("restrictions",), where, "[space]")
+    values = {}
+    for key, default in DEFAULT_SPACE.items():
+        chosen = table.get(key, list(default))
+        if not isinstance(chosen, list) or not chosen:
+            raise StudyError(f"{where}: [space] {key} must be a non-empty list, e.g. {list(default)}")
+        allowed = set(default) if key != "num_stages" else set(range(1, 9))
+        for value in chosen:
+            if value not in allowed or isinstance(value, bool):
+                raise StudyError(f"{where}: [space] {key} value {value!r} is not allowed; use values from "
+                                 f"{sorted(allowed)}")
+        values[key] = tuple(sorted(set(chosen)))
+    restrictions = table.get("restrictions", [])
+    if not isinstance(restrictions, list) or not all(isinstance(r, str) for r in restrictions):
+        raise StudyError(f"{where}: [space] restrictions must be a list of strings such as \"block_m >= block_n\"")
+    for text in restrictions:
+        _parse_restriction(text, where)
+    return SearchSpace(**values), tuple(restrictions)
+
+
+# ---------------------------------------------------------------------- restrictions
+
+_ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.BinOp,
+                  ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Compare, ast.Eq, ast.NotEq, ast.Lt,
+                  ast.LtE, ast.Gt, ast.GtE, ast.Name, ast.Load, ast.Constant)
+
+
+def _parse_restriction(text: str, where: str = "") -> ast.Expression:
+    """Parse a restriction: arithmetic and comparisons over the config's names, nothing else."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise StudyError(f"{where}: [space] restriction {text!r} is not a valid expression") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            raise StudyError(f"{where}: [space] restriction {text!r} uses {type(node).__name__}; only arithmetic "
+                             f"(+ - * // %), comparisons, and/or/not over {', '.join(RESTRICTION_NAMES)} are allowed")
+        if isinstance(node, ast.Name) and node.id not in RESTRICTION_NAMES:
+            raise StudyError(f"{where}: [space] restriction {text!r} names {node.id!r}; use "
+                             f"{', '.join(RESTRICTION_NAMES)}")
+        if isinstance(node, ast.Constant) and (not isinstance(node.value, int) or isinstance(node.value, bool)):
+            raise StudyError(f"{where}: [space] restriction {text!r}: only integer constants are allowed")
+    return tree
+
+
+def _evaluate(text: str, names: dict[str, int]) -> bool:
+    code = compile(_parse_restriction(text), "<restriction>", "eval")
+    return bool(eval(code, {"__builtins__": {}}, names))  # noqa: S307 (only vetted nodes reach here)
