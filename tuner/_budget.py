@@ -180,7 +180,7 @@ def read_resource_usage(cubin: bytes) -> tuple[int, int, int]:
     return int(fields["REG"]), stack, int(fields.get("SHARED", 0))
 
 
-def _cache_key(config: Config, problem: Problem, capability: int) -> str:
+def _cache_key(config: Config, problem: Problem, capability: int, via_jit: bool = False) -> str:
     import triton
 
     from kernel import COMPILE_OPTIONS, flash_fwd
@@ -189,13 +189,13 @@ def _cache_key(config: Config, problem: Problem, capability: int) -> str:
 
     # The device code alone: editing the launcher must not throw the cache away.
     source = "".join(inspect.getsource(f.fn) for f in (flash_fwd._attend_tiles, flash_fwd._flash_fwd_kernel)).encode()
-    blob = repr((triton.__version__, capability, config, signature, sorted(constexprs.items()),
+    blob = repr((triton.__version__, capability, via_jit, config, signature, sorted(constexprs.items()),
                  sorted(attrs.items()), sorted(COMPILE_OPTIONS.items()))).encode() + source
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
-def _cache_path(config: Config, problem: Problem, capability: int) -> Path:
-    return cache_dir() / f"{_cache_key(config, problem, capability)}.json"
+def _cache_path(config: Config, problem: Problem, capability: int, via_jit: bool = False) -> Path:
+    return cache_dir() / f"{_cache_key(config, problem, capability, via_jit)}.json"
 
 
 def _read_cache(path: Path) -> CompileInfo | None:
@@ -223,7 +223,29 @@ def _torch_dtype(name: str):
     return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
-def _compile_uncached(config: Config, problem: Problem, capability: int) -> CompileInfo:
+def _jit_warmup(config: Config, problem: Problem):
+    """Compile through the JIT's own path (``JITFunction.warmup``) for the GPU present.
+
+    The binary lands in Triton's cache under the key a launch will look up, so the
+    process that times the config loads it instead of compiling it again. (A
+    ``triton.compile`` of the same source, as the cross-compiler does, makes the same
+    binary but files it under another key: Triton 3.6 misses it at launch.)
+    """
+    import torch
+
+    from kernel import COMPILE_OPTIONS, LaunchShape, kernel_arguments
+    from kernel.flash_fwd import _flash_fwd_kernel
+
+    shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
+    dtype = _torch_dtype(problem.dtype)
+    pointers = (dtype, dtype, dtype, dtype, torch.float32)      # warmup takes dtypes for tensors
+    args = [value for _, value in kernel_arguments(pointers, shape, problem.causal)]
+    return _flash_fwd_kernel.warmup(*args, HEAD_DIM=problem.head_dim, BLOCK_M=config.block_m,
+                                    BLOCK_N=config.block_n, CAUSAL=bool(problem.causal), grid=(1,),
+                                    num_warps=config.num_warps, num_stages=config.num_stages, **COMPILE_OPTIONS)
+
+
+def _compile_uncached(config: Config, problem: Problem, capability: int, via_jit: bool = False) -> CompileInfo:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -233,11 +255,14 @@ def _compile_uncached(config: Config, problem: Problem, capability: int) -> Comp
 
     signature, constexprs, attrs = _compile_inputs(config, problem)
     try:
-        compiled = triton.compile(
-            ASTSource(_flash_fwd_kernel, signature, constexprs, attrs),
-            target=GPUTarget("cuda", capability, 32),
-            options=dict(num_warps=config.num_warps, num_stages=config.num_stages, **COMPILE_OPTIONS),
-        )
+        if via_jit:
+            compiled = _jit_warmup(config, problem)
+        else:
+            compiled = triton.compile(
+                ASTSource(_flash_fwd_kernel, signature, constexprs, attrs),
+                target=GPUTarget("cuda", capability, 32),
+                options=dict(num_warps=config.num_warps, num_stages=config.num_stages, **COMPILE_OPTIONS),
+            )
     except Exception as exc:  # a config the compiler rejects is a result, not a crash
         message = str(exc).strip().splitlines()
         return CompileInfo(error=f"{type(exc).__name__}: {message[-1] if message else ''}"[:500])
@@ -248,16 +273,18 @@ def _compile_uncached(config: Config, problem: Problem, capability: int) -> Comp
                        registers=registers, spill_bytes=stack, binary=binary)
 
 
-def compile_config(config: Config, problem: Problem, capability: int) -> CompileInfo:
+def compile_config(config: Config, problem: Problem, capability: int, via_jit: bool = False) -> CompileInfo:
     """Compile the kernel for ``sm_<capability>`` on this machine (no GPU needed), cached.
 
+    With ``via_jit`` it compiles for the GPU present (``capability`` must be its own)
+    through the JIT, which also fills Triton's cache for the launch (:func:`_jit_warmup`).
     Must run where ``TRITON_INTERPRET`` is off; :func:`compile_many` sees to that.
     """
-    path = _cache_path(config, problem, capability)
+    path = _cache_path(config, problem, capability, via_jit)
     cached = _read_cache(path)
     if cached is not None:
         return cached
-    info = _compile_uncached(config, problem, capability)
+    info = _compile_uncached(config, problem, capability, via_jit)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
     temporary.write_text(json.dumps(asdict(info)))

@@ -95,12 +95,18 @@ def budget_stage(config: Config, ctx: Context) -> tuple[str, str] | None:
     return None
 
 
-def compile_tasks(config: Config, ctx: Context) -> list[tuple[Config, budget.Problem, int]]:
-    """What to compile: each specialisation of the study, for the target and the GPU used."""
-    capabilities = [ctx.target.capability]
-    if ctx.present is not None and ctx.present.capability != ctx.target.capability:
-        capabilities.append(ctx.present.capability)
-    return [(config, shape, capability) for capability in capabilities for shape in ctx.study.variants()]
+def compile_tasks(config: Config, ctx: Context) -> list[tuple]:
+    """What to compile: each specialisation of the study, for the target's budget and for
+    the GPU used. On the target itself one JIT compile serves both: it is exact for the
+    budget and puts the binary where the launch finds it."""
+    variants = ctx.study.variants()
+    present = ctx.present
+    if present is not None and present.capability == ctx.target.capability:
+        return [(config, shape, present.capability, True) for shape in variants]
+    tasks = [(config, shape, ctx.target.capability) for shape in variants]
+    if present is not None:
+        tasks += [(config, shape, present.capability, True) for shape in variants]
+    return tasks
 
 
 def compile_verdict(config: Config, ctx: Context, infos: list[budget.CompileInfo]) -> tuple[dict, str | None]:
