@@ -348,7 +348,16 @@ def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         num_warps = defaults["num_warps"] if num_warps is None else num_warps
         num_stages = defaults["num_stages"] if num_stages is None else num_stages
     _check_config(block_m, block_n, num_warps, num_stages)
+    launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+    return _launch(_flash_fwd_kernel, q, k, v, causal, launch, out, lse, _return_compiled)
 
+
+def _launch(kernel, q, k, v, causal, launch: dict, out, lse, return_compiled: bool = False):
+    """Run ``kernel`` (the JIT function, or an autotuner over it) on checked inputs.
+
+    ``launch`` holds BLOCK_M, BLOCK_N, num_warps and num_stages, or nothing when an
+    autotuner supplies them; the grid reads BLOCK_M from whichever config runs.
+    """
     three_d = q.ndim == 3
     q4, k4, v4 = (t.unsqueeze(1) if three_d else t for t in (q, k, v))   # [B, H, N, D]
     q4, k4, v4 = (t if t.stride(-1) == 1 else t.contiguous() for t in (q4, k4, v4))
@@ -366,14 +375,14 @@ def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
                         tuple(out.stride()[:3]))
     compiled = None
     if batch * heads * n_q > 0:
-        grid = (triton.cdiv(n_q, block_m), batch * heads)
+        def grid(meta):
+            return (triton.cdiv(n_q, meta["BLOCK_M"]), batch * heads)
+
         args = [value for _, value in kernel_arguments((q4, k4, v4, out, lse), shape, causal)]
-        compiled = _flash_fwd_kernel[grid](*args, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-                                           CAUSAL=bool(causal), num_warps=num_warps, num_stages=num_stages,
-                                           **COMPILE_OPTIONS)
+        compiled = kernel[grid](*args, HEAD_DIM=head_dim, CAUSAL=bool(causal), **launch, **COMPILE_OPTIONS)
     if three_d:
         out, lse = out.squeeze(1), lse.squeeze(1)
-    if _return_compiled:
+    if return_compiled:
         return out, lse, compiled
     return out, lse
 

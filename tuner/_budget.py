@@ -295,6 +295,11 @@ def compile_config(config: Config, problem: Problem, capability: int, via_jit: b
 def _worker_init() -> None:
     # The interpreter replaces @triton.jit functions, which the compiler cannot take.
     os.environ.pop("TRITON_INTERPRET", None)
+    # A failing compile prints pages of PTX "reproducer" to stderr; its last line is kept
+    # as the config's reason, the pages go to a log beside the cache.
+    log = cache_dir() / "compile-errors.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    os.dup2(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), 2)
 
 
 def _compile_task(task):

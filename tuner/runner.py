@@ -148,22 +148,25 @@ class _Bench:
 
     def baselines(self, _=None) -> dict[str, dict[str, float | None]]:
         """SDPA flash and cuDNN median ms per shape (None where a backend refuses the shape)."""
-        from kernel.bench import SDPA_BACKENDS, sdpa_runner
-
         measured = {}
+        if self.device == "cpu":
+            import torch.nn.functional as F
+
+            for problem in self.shapes:
+                case = self._case(problem)
+                ms = self._time(lambda: F.scaled_dot_product_attention(case["q"], case["k"], case["v"],
+                                                                       is_causal=problem.causal))
+                measured[problem.label] = {"flash": ms, "cudnn": ms}
+            return measured
+        from kernel.bench import time_sdpa, warm_gpu
+
+        for problem in self.shapes:
+            self._case(problem)
+        warm_gpu()
         for problem in self.shapes:
             case = self._case(problem)
-            times: dict[str, float | None] = {}
-            for backend in SDPA_BACKENDS:
-                if self.device == "cpu":
-                    import torch.nn.functional as F
-
-                    run = lambda: F.scaled_dot_product_attention(case["q"], case["k"], case["v"],  # noqa: E731
-                                                                 is_causal=problem.causal)
-                else:
-                    run = sdpa_runner(case["q"], case["k"], case["v"], problem.causal, backend)
-                times[backend] = self._time(run) if run else None
-            measured[problem.label] = times
+            measured[problem.label] = time_sdpa(case["q"], case["k"], case["v"], problem.causal, self.warmup_ms,
+                                                self.rep_ms)
         return measured
 
     def trial(self, config: Config) -> TrialOutcome:

@@ -70,6 +70,7 @@ class Baseline(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("fa2_runs.id"), index=True)
     shape: Mapped[str] = mapped_column(String(96))
+    phase: Mapped[str] = mapped_column(String(8), default="start")   # start, or end (drift check)
     flash_ms: Mapped[float | None] = mapped_column(Float)
     cudnn_ms: Mapped[float | None] = mapped_column(Float)
     measured_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
@@ -149,6 +150,10 @@ class Store:
             # Optuna's engine writes the same file; wait for its lock rather than fail.
             connect_args = {"timeout": 60}
         self.engine = create_engine(url, connect_args=connect_args)
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+            with self.engine.connect() as connection:
+                # Write-ahead logging: a commit survives kill -9 and costs one sync, not several.
+                connection.exec_driver_sql("PRAGMA journal_mode=WAL")
         Base.metadata.create_all(self.engine)
 
     @contextmanager

@@ -54,6 +54,7 @@ class Clock:
     compile_s: float = 0.0
     check_s: float = 0.0
     time_s: float = 0.0
+    drift: float | None = None     # largest change of an SDPA baseline from the run's start to its end
     started: float = field(default_factory=time.perf_counter)
 
     def line(self) -> str:
@@ -61,7 +62,9 @@ class Clock:
         other = max(0.0, total - self.compile_s - self.check_s - self.time_s)
         return (f"wall time {total:.0f} s: compile {self.compile_s:.0f} s (waiting on the compile pool), "
                 f"check {self.check_s:.0f} s, time {self.time_s:.0f} s, other {other:.0f} s "
-                f"(worker start, SDPA baselines, references, database)")
+                f"(worker start, SDPA baselines, references, database)"
+                + (f"\nSDPA baselines moved by at most {100 * self.drift:.1f}% between the start and the end "
+                   f"of the run" if self.drift is not None else ""))
 
 
 @dataclass
@@ -360,16 +363,19 @@ def run_sweep(ctx: Context, sampler_name: str, trials: int | None, timeout_s: fl
         counts[status] += 1
         progress.update(config, value, status, study_spec.metric)
 
+    def store_baselines(baselines: dict, phase: str) -> None:
+        with ctx.store.session() as session:
+            for label, times in baselines.items():
+                session.add(storage.Baseline(run_id=ctx.run_id, shape=label, phase=phase,
+                                             flash_ms=times.get("flash"), cudnn_ms=times.get("cudnn")))
+
     def ensure_baselines() -> None:
         """SDPA per shape, once per run, before the first config is timed."""
         if ctx.baselines:
             return
         started = time.perf_counter()
         ctx.baselines = worker.baselines()
-        with ctx.store.session() as session:
-            for label, times in ctx.baselines.items():
-                session.add(storage.Baseline(run_id=ctx.run_id, shape=label, flash_ms=times.get("flash"),
-                                             cudnn_ms=times.get("cudnn")))
+        store_baselines(ctx.baselines, "start")
         for label, times in ctx.baselines.items():
             print(f"SDPA {label}: flash {_ms(times.get('flash'))}, cuDNN {_ms(times.get('cudnn'))}", file=sys.stderr)
         print(f"worker ready: inputs, float32 references and SDPA baselines in {time.perf_counter() - started:.0f} s",
@@ -420,6 +426,17 @@ def run_sweep(ctx: Context, sampler_name: str, trials: int | None, timeout_s: fl
                     by_binary.setdefault(fields["binary"], config.key)
                 finish(number, config, rows, False)
             current = upcoming
+        if ctx.baselines:
+            # SDPA again at the end: how far the machine drifted while the configs were timed.
+            try:
+                end = worker.baselines()
+            except WorkerFailed:
+                end = {}
+            store_baselines(end, "end")
+            drifts = [abs(end[label][b] / ctx.baselines[label][b] - 1) for label in end for b in ("flash", "cudnn")
+                      if end[label].get(b) and ctx.baselines.get(label, {}).get(b)]
+            if drifts:
+                clock.drift = max(drifts)
     finally:
         progress.close()
         worker.close()

@@ -1,0 +1,49 @@
+"""The kernel under ``@triton.autotune``, over a config list the tuner emitted.
+
+``kernel/configs_h200.py`` is the list ``python -m tuner.emit`` wrote after the H200
+sweep of the article's study; paste your own GPU's list in its place. Triton times
+every config of the list on the first call for each new key (lengths, head dim,
+causal, dtype) and keeps the fastest.
+
+    from kernel.autotuned import flash_attn_fwd_autotuned
+    out, lse = flash_attn_fwd_autotuned(q, k, v, causal=True)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import triton
+
+from kernel.configs_h200 import CONFIGS, KEY
+from kernel.flash_fwd import _check_inputs, _flash_fwd_kernel, _launch
+
+
+class AutotunedFlashAttention:
+    """``flash_attn_fwd`` whose tiles, warps and stages come from ``@triton.autotune``.
+
+    Args:
+        configs: ``triton.Config`` objects with BLOCK_M and BLOCK_N as kwargs.
+        key: kernel argument names whose change triggers re-tuning.
+    """
+
+    def __init__(self, configs: Sequence[triton.Config], key: Sequence[str]):
+        for config in configs:
+            if set(config.kwargs) != {"BLOCK_M", "BLOCK_N"}:
+                raise ValueError(f"each config must set exactly BLOCK_M and BLOCK_N; got {config.kwargs}")
+        self.kernel = triton.autotune(configs=list(configs), key=list(key))(_flash_fwd_kernel)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,
+                 out: torch.Tensor | None = None, lse: torch.Tensor | None = None):
+        """Same arguments and returns as :func:`kernel.flash_attn_fwd`, without the config."""
+        _check_inputs(q, k, v)
+        return _launch(self.kernel, q, k, v, causal, {}, out, lse)
+
+
+def make_autotuned(configs: Sequence[triton.Config], key: Sequence[str]) -> AutotunedFlashAttention:
+    """An autotuned entry point over any emitted list (``CONFIGS``, ``KEY``)."""
+    return AutotunedFlashAttention(configs, key)
+
+
+flash_attn_fwd_autotuned = AutotunedFlashAttention(CONFIGS, KEY)

@@ -1,0 +1,223 @@
+"""``python -m tuner.bench_search``: how fast the tuner finds a near-best config.
+
+    python -m tuner.bench_search speed [--study autotune_race] [--markdown PATH]   # GPU
+    python -m tuner.bench_search quality --storage URL --study article --gpu sm_90 [--shape ...]
+
+``speed`` times, in one GPU run and each from a cold Triton cache, ``@triton.autotune``'s
+first call and ``tuner.sweep --sampler grid`` over the same config list, then times
+both winners side by side.
+
+``quality`` replays searches against a finished grid sweep: each sampler proposes
+configs, and each proposal is answered with the time the grid measured for it (the
+objective is that shape's speedup over SDPA-flash). It reports how many trials, and how
+much of the grid's timing wall time, each search needed to come within 2% of the
+grid's best. Nothing is re-timed, so the answer is exact for the recorded timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------------------- speed
+
+_AUTOTUNE_SCRIPT = textwrap.dedent("""
+    import json, sys, time, torch, triton
+    from kernel.autotuned import make_autotuned
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+               for m, n, w, s in json.loads(sys.argv[1])]
+    shape = json.loads(sys.argv[2])
+    q, k, v = (torch.randn(shape["batch"], shape["heads"], shape["n_q"], shape["head_dim"], device="cuda",
+                           dtype=torch.bfloat16) for _ in range(3))
+    tuned = make_autotuned(configs, ["N_Q", "N_K", "HEAD_DIM", "CAUSAL"])
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    tuned(q, k, v, shape["causal"])
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    best = tuned.kernel.best_config
+    print(json.dumps({"seconds": elapsed, "best": [best.kwargs["BLOCK_M"], best.kwargs["BLOCK_N"],
+                                                   best.num_warps, best.num_stages]}))
+""")
+
+
+def speed(study_name: str, markdown: Path | None) -> int:
+    import torch
+
+    from kernel import flash_attn_fwd
+    from kernel.bench import do_bench_median, environment, warm_gpu
+    from tuner import _budget as budget
+    from tuner.gpus import detect
+    from tuner.space import Config
+    from tuner.study import load
+
+    if not torch.cuda.is_available():
+        print("speed needs a CUDA GPU", file=sys.stderr)
+        return 1
+    study = load(study_name)
+    shape = study.shapes[0]
+    gpu = detect()
+    # The same list for both: the study's configs that the budget model lets launch here.
+    configs = [c for c in study.configs() if budget.verdict(c, shape, gpu, None).launchable]
+    env = environment()
+    with tempfile.TemporaryDirectory() as scratch:
+        base_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        autotune_env = {**base_env, "TRITON_CACHE_DIR": f"{scratch}/autotune-triton"}
+        started = time.perf_counter()
+        result = subprocess.run([sys.executable, "-c", _AUTOTUNE_SCRIPT,
+                                 json.dumps([[c.block_m, c.block_n, c.num_warps, c.num_stages] for c in configs]),
+                                 json.dumps(shape.__dict__)], env=autotune_env, capture_output=True, text=True)
+        autotune_wall = time.perf_counter() - started
+        if result.returncode != 0:
+            print(result.stderr[-3000:], file=sys.stderr)
+            return 1
+        autotune = json.loads(result.stdout.strip().splitlines()[-1])
+        sweep_env = {**base_env, "TRITON_CACHE_DIR": f"{scratch}/sweep-triton", "FA2_TUNER_CACHE": f"{scratch}/fa2"}
+        db = f"{scratch}/race.db"
+        started = time.perf_counter()
+        sweep = subprocess.run([sys.executable, "-m", "tuner.sweep", "--gpu", "auto", "--study", study.path,
+                                "--sampler", "grid", "--storage", f"sqlite:///{db}", "--no-outputs"],
+                               env=sweep_env, capture_output=True, text=True, cwd=ROOT)
+        sweep_wall = time.perf_counter() - started
+        if sweep.returncode != 0:
+            print(sweep.stdout[-2000:], sweep.stderr[-3000:], file=sys.stderr)
+            return 1
+        import sqlite3
+
+        with sqlite3.connect(db) as con:
+            sweep_best, sweep_ms = con.execute("select config, ms from fa2_results where status = 'timed' "
+                                               "order by ms limit 1").fetchone()
+            timed = con.execute("select count(*) from fa2_results where status = 'timed'").fetchone()[0]
+    # Both winners, side by side in this process.
+    warm_gpu()
+    q, k, v = (torch.randn(shape.batch, shape.heads, shape.n_q, shape.head_dim, device="cuda",
+                           dtype=torch.bfloat16) for _ in range(3))
+    picks = {"autotune": Config(*autotune["best"]), "sweep": Config.parse(sweep_best)}
+    side = {name: do_bench_median(lambda c=c: flash_attn_fwd(q, k, v, shape.causal, **c.as_kwargs()), 10, 200)
+            for name, c in picks.items()}
+    lines = [f"GPU: {env['gpu']}; driver {env['driver']}; torch {env['torch']}; triton {env['triton']}; {env['date']}",
+             f"Command: python -m tuner.bench_search speed --study {study_name}",
+             f"Shape {shape.label}; {len(configs)} configs (the study's, less those the budget model rejects "
+             f"on {gpu.name}); cold Triton cache for each.", "",
+             "| | wall time (s) | best config | its ms, timed side by side |", "|---|---|---|---|",
+             f"| @triton.autotune, first call | {autotune['seconds']:.1f} (process {autotune_wall:.1f}) | "
+             f"{picks['autotune'].key} | {side['autotune']:.4f} |",
+             f"| tuner.sweep --sampler grid | {sweep_wall:.1f} (whole command; {timed // len(study.shapes)} timed "
+             f"and checked) | {picks['sweep'].key} | {side['sweep']:.4f} |", "",
+             f"Speed-up of the sweep over autotune: {autotune_wall / sweep_wall:.2f}x (process wall times). "
+             f"Winners differ by {100 * abs(side['sweep'] / side['autotune'] - 1):.1f}% when timed together."]
+    text = "\n".join(lines)
+    print(text)
+    if markdown:
+        markdown.write_text(text + "\n")
+    return 0
+
+
+# ----------------------------------------------------------------------------- quality
+
+
+def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int, target: float):
+    """One search against recorded timings: trials (and recorded seconds) to reach ``target``."""
+    import optuna
+
+    from tuner import search
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = search.make_sampler(sampler_name, space, seed)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    dists = search.distributions(space)
+    seen: dict[str, float] = {}
+    spent = 0.0
+    for number in range(1, budget_trials + 1):
+        trial = study.ask(dists)
+        config = search.config_of(trial.params)
+        value, seconds = table.get(config.key, (0.0, 0.0))
+        if config.key not in seen:
+            spent += seconds           # a config asked again is answered from the store, as in the sweep
+        seen[config.key] = value
+        trial.set_constraint(search.REJECTED_CONSTRAINT, 0.0 if value > 0 else 1.0)
+        study.tell(trial, value)
+        if value >= target:
+            return number, len(seen), spent
+    return None, len(seen), spent
+
+
+def quality(url: str, study_name: str, target_name: str, shapes: list[str], samplers: list[str], seeds: int,
+            markdown: Path | None) -> int:
+    from tuner import store as storage
+    from tuner.gpus import GpuSpec
+    from tuner.study import load
+
+    study = load(study_name)
+    target = GpuSpec.from_name(target_name)
+    rows = [r for r in storage.Store(url).results(study.name, target.name) if r.gpu != "none"]
+    labels = shapes or [s.label for s in study.shapes]
+    lines = [f"Replayed against the grid sweep of study {study.name!r} on {target.name} ({rows[0].gpu}; triton "
+             f"{rows[0].triton_version}), {len(study.space.all_configs())} configs in the space.",
+             f"Command: python -m tuner.bench_search quality --study {study_name} --gpu {target_name} "
+             f"--samplers {' '.join(samplers)} --seeds {seeds}", "",
+             "| shape | valid configs | sampler | trials to 2% of best: median / worst | distinct configs timed "
+             "| recorded timing s: median / worst | found in all seeds |", "|---|---|---|---|---|---|---|"]
+    for label in labels:
+        shape_rows = [r for r in rows if r.shape == label]
+        # per-config seconds: the trial's check + time, shared by the study's shapes
+        table = {r.config: (r.pct_flash / 100 if r.status == storage.TIMED and r.pct_flash else 0.0,
+                            (r.check_s or 0.0) + (r.time_s or 0.0)) for r in shape_rows}
+        valid = sum(1 for value, _ in table.values() if value > 0)
+        best = max(value for value, _ in table.values())
+        for sampler in samplers:
+            results = [_replay(sampler, seed, table, study.space, len(study.space.all_configs()), best / 1.02)
+                       for seed in range(seeds)]
+            found = [r for r in results if r[0] is not None]
+            trials = [r[0] if r[0] is not None else len(study.space.all_configs()) for r in results]
+            distinct = [r[1] for r in results]
+            spent = [r[2] for r in results]
+            lines.append(f"| {label} | {valid} | {sampler} | {statistics.median(trials):.0f} / {max(trials)} "
+                         f"({100 * statistics.median(trials) / valid:.0f}% / {100 * max(trials) / valid:.0f}% of "
+                         f"valid) | {statistics.median(distinct):.0f} | {statistics.median(spent):.0f} / "
+                         f"{max(spent):.0f} | {len(found)}/{seeds} |")
+            print(lines[-1], flush=True)
+    text = "\n".join(lines)
+    if markdown:
+        markdown.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tuner.bench_search", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="examples:\n  python -m tuner.bench_search speed\n"
+                                            "  python -m tuner.bench_search quality --storage sqlite:///h200.db "
+                                            "--study article --gpu sm_90 --samplers tpe random --seeds 5")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_speed = sub.add_parser("speed", help="@triton.autotune vs the grid sweep, cold cache, one GPU run")
+    p_speed.add_argument("--study", default="autotune_race")
+    p_speed.add_argument("--markdown", type=Path)
+    p_quality = sub.add_parser("quality", help="trials each sampler needs to reach 2%% of a grid's best")
+    p_quality.add_argument("--storage", required=True)
+    p_quality.add_argument("--study", required=True)
+    p_quality.add_argument("--gpu", required=True)
+    p_quality.add_argument("--shape", action="append", default=[], help="shape label (repeatable; default all)")
+    p_quality.add_argument("--samplers", nargs="+", default=["tpe", "random"])
+    p_quality.add_argument("--seeds", type=int, default=5)
+    p_quality.add_argument("--markdown", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "speed":
+        return speed(args.study, args.markdown)
+    return quality(args.storage, args.study, args.gpu, args.shape, args.samplers, args.seeds, args.markdown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
