@@ -20,7 +20,9 @@ sweep() { python3 -m tuner.sweep --gpu sm_90 --storage "sqlite:///$DB" --no-outp
 for stage in $stages; do
   echo "== $stage $(date +%T)"
   case $stage in
-    gputests) python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_sweep.py tests/test_kernel.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|error|Error|best config|% flash|B2 H4" ;;
+    gputests)
+      timeout ${TESTS_LIMIT:-200} python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_sweep.py tests/test_kernel.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|error|Error|best config|% flash|B2 H4"
+      python3 -m pytest -q -p no:cacheprovider tests/test_outputs.py -k autotuned 2>&1 | tee "$OUT/gpu_tests_outputs.log" | tail -3 ;;
     kill9)  # the article grid, killed with SIGKILL after KILL_AFTER seconds
       setsid python3 -m tuner.sweep --gpu sm_90 --storage "sqlite:///$DB" --no-outputs --study article --sampler grid \
         > "$OUT/article_run1.log" 2>&1 & pid=$!
@@ -30,7 +32,7 @@ for stage in $stages; do
       python3 scripts/store_report.py "$DB" article | tee "$OUT/article_report.txt" ;;
     hd128) timeout "${HD128_LIMIT:-330}" python3 -m tuner.sweep --gpu sm_90 --storage "sqlite:///$DB" --no-outputs --study head_dim_128 --sampler grid 2>&1 | tee "$OUT/hd128.log" | grep -v "^\[" ;;
     verify) python3 -m tuner.emit --study article --gpu sm_90 --storage "sqlite:///$DB" --out "$OUT/emitted.py" --verify "$OUT/verify.md" > "$OUT/emit.log" 2>&1; echo "verify rc=$?"; cat "$OUT/verify.md" ;;
-    race) python3 -m tuner.bench_search speed --markdown "$OUT/race.md" 2>&1 | tail -20 ;;
+    race) timeout ${RACE_LIMIT:-300} python3 -m tuner.bench_search speed --markdown "$OUT/race.md" 2>&1 | tail -20 ;;
     copydb) python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$DB" "$OUT/$(basename $DB)" ;;
     bench) python3 -m kernel.bench --pick --json "$OUT/bench.json" --markdown "$OUT/bench.md" 2>&1 | tail -40 ;;
     *) echo "unknown stage $stage" ;;

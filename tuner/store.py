@@ -70,7 +70,7 @@ class Baseline(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("fa2_runs.id"), index=True)
     shape: Mapped[str] = mapped_column(String(96))
-    phase: Mapped[str] = mapped_column(String(8), default="start")   # start, or end (drift check)
+    phase: Mapped[str | None] = mapped_column(String(8), default="start")   # start, or end (drift check)
     flash_ms: Mapped[float | None] = mapped_column(Float)
     cudnn_ms: Mapped[float | None] = mapped_column(Float)
     measured_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
@@ -137,6 +137,21 @@ class Result(Base):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
 
 
+def _add_missing_columns(engine) -> None:
+    """Bring a database made by an older fa2-tuner up to date: columns added since are
+    nullable, so ``ALTER TABLE ... ADD COLUMN`` keeps every stored row."""
+    from sqlalchemy import inspect
+
+    inspector = inspect(engine)
+    with engine.begin() as connection:
+        for table in Base.metadata.sorted_tables:
+            present = {column["name"] for column in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in present and column.nullable:
+                    kind = column.type.compile(dialect=engine.dialect)
+                    connection.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
+
+
 class Store:
     """A database of runs, baselines and results (created on first use)."""
 
@@ -155,6 +170,7 @@ class Store:
                 # Write-ahead logging: a commit survives kill -9 and costs one sync, not several.
                 connection.exec_driver_sql("PRAGMA journal_mode=WAL")
         Base.metadata.create_all(self.engine)
+        _add_missing_columns(self.engine)
 
     @contextmanager
     def session(self) -> Iterator[Session]:

@@ -84,17 +84,21 @@ class Context:
 # ------------------------------------------------------------------------------ stages
 
 
-def budget_stage(config: Config, ctx: Context) -> tuple[str, str] | None:
-    """(verdict, reason) if the config is rejected before compiling, else None."""
+def budget_stage(config: Config, ctx: Context) -> tuple[str, str, dict] | None:
+    """(verdict, reason, fields for the rows) if the config is rejected before compiling, else None."""
     for shape in ctx.study.variants():
         why = restriction(config, shape.head_dim)
         if why:
-            return (budget.OVER_REGISTERS if why.startswith("registers") else budget.INVALID), why
+            verdict = budget.OVER_REGISTERS if why.startswith("registers") else budget.INVALID
+            return verdict, why, {"budget_verdict": verdict}
         if not ctx.study.allowed(config, shape.head_dim):
-            return RESTRICTED, f"excluded by the study's restrictions {list(ctx.study.restrictions)}"
+            return RESTRICTED, f"excluded by the study's restrictions {list(ctx.study.restrictions)}", {
+                "budget_verdict": RESTRICTED}
         result = budget.verdict(config, shape, ctx.target, None)
         if not result.launchable:
-            return result.verdict, result.reason
+            return result.verdict, result.reason, {"budget_verdict": result.verdict,
+                                                   "model_smem_bytes": result.model_bytes,
+                                                   "smem_limit_bytes": result.limit_bytes}
     return None
 
 
@@ -112,8 +116,9 @@ def compile_tasks(config: Config, ctx: Context) -> list[tuple]:
     return tasks
 
 
-def compile_verdict(config: Config, ctx: Context, infos: list[budget.CompileInfo]) -> tuple[dict, str | None]:
-    """Judge the compiled binaries. Returns (fields for the rows, rejection or None)."""
+def compile_verdict(config: Config, ctx: Context,
+                    infos: list[budget.CompileInfo]) -> tuple[dict, tuple[str, str] | None]:
+    """Judge the compiled binaries. Returns (fields for the rows, (verdict, reason) or None)."""
     variants = ctx.study.variants()
     target_infos = infos[:len(variants)]
     present_infos = infos[len(variants):] or target_infos
@@ -124,12 +129,12 @@ def compile_verdict(config: Config, ctx: Context, infos: list[budget.CompileInfo
                       smem_bytes=result.compiled_bytes, smem_limit_bytes=result.limit_bytes,
                       registers=result.registers, spill_bytes=result.spill_bytes)
         if not result.launchable:
-            return fields, f"{result.verdict}|{result.reason}"
+            return fields, (result.verdict, result.reason)
     if ctx.present is not None and present_infos is not target_infos:
         for shape, info in zip(variants, present_infos):
             result = budget.verdict(config, shape, ctx.present, info)
             if not result.launchable:
-                return fields, f"{result.verdict}|on the GPU used ({ctx.present.name}): {result.reason}"
+                return fields, (result.verdict, f"on the GPU used ({ctx.present.name}): {result.reason}")
     binaries = [info.binary for info in present_infos]
     fields["binary"] = "+".join(binaries) if all(binaries) else None
     return fields, None
@@ -233,7 +238,7 @@ def run_budget_only(ctx: Context, jobs: int | None) -> Counter:
     for config in configs:
         rejected = budget_stage(config, ctx)
         if rejected:
-            verdicts[config] = (rejected[0], rejected[1], {"budget_verdict": rejected[0]})
+            verdicts[config] = rejected
         else:
             to_compile.append(config)
     tasks = [task for config in to_compile for task in compile_tasks(config, ctx)]
@@ -249,8 +254,7 @@ def run_budget_only(ctx: Context, jobs: int | None) -> Counter:
     for index, config in enumerate(to_compile):
         fields, rejected = compile_verdict(config, ctx, infos[index * per_config:(index + 1) * per_config])
         if rejected:
-            verdict, reason = rejected.split("|", 1)
-            verdicts[config] = (verdict, reason, fields)
+            verdicts[config] = (*rejected, fields)
         else:
             verdicts[config] = (storage.PENDING, f"fits {ctx.target.name}; timing needs a CUDA GPU", fields)
     rows = []
@@ -342,7 +346,7 @@ def run_sweep(ctx: Context, sampler_name: str, trials: int | None, timeout_s: fl
                 number, config = trial.number, search.config_of(trial.params)
             rejected = budget_stage(config, ctx)
             if rejected or config.key in known:
-                asked.append((number, config, None, "|".join(rejected) if rejected else None))
+                asked.append((number, config, None, rejected))
             else:
                 asked.append((number, config, [pool.submit(t) for t in compile_tasks(config, ctx)], None))
         return asked
@@ -396,13 +400,13 @@ def run_sweep(ctx: Context, sampler_name: str, trials: int | None, timeout_s: fl
                     finish(number, config, known[config.key], reused=True)
                     continue
                 if rejected:
-                    verdict, reason = rejected.split("|", 1)
-                    finish(number, config, _rows(config, ctx, verdict, "budget", reason,
-                                                 {"budget_verdict": verdict}, trial_number=number), False)
+                    verdict, reason, fields = rejected
+                    finish(number, config, _rows(config, ctx, verdict, "budget", reason, fields, trial_number=number),
+                           False)
                     continue
                 fields, rejected = compile_verdict(config, ctx, [f.result() for f in futures])
                 if rejected:
-                    verdict, reason = rejected.split("|", 1)
+                    verdict, reason = rejected
                     finish(number, config, _rows(config, ctx, verdict, "compile", reason, fields, trial_number=number),
                            False)
                     continue
