@@ -330,3 +330,24 @@ def test_small_sweep_on_the_gpu(tmp_path, capsys):
     timed = [r for r in rows if r[0] == "timed"]
     assert len(rows) == 16 * 4 and len(timed) >= 8
     assert all(p > 0 and err <= bound and ragged is not None for _, p, err, bound, ragged in timed)
+
+
+def test_tpe_encoding_is_ordinal_and_decodes_to_configs():
+    space = load("article").space
+    dists = search.distributions(space, "tpe")
+    assert {type(d).__name__ for d in dists.values()} == {"IntDistribution"}
+    assert (dists["log2_block_m"].low, dists["log2_block_m"].high) == (4, 8)
+    config = search.config_of({"log2_block_m": 8, "log2_block_n": 6, "log2_num_warps": 4, "stages": 3})
+    assert config == Config(256, 64, 16, 3)
+    assert search.config_of({"block_m": 256, "block_n": 64, "num_warps": 16, "num_stages": 3}) == config
+
+
+def test_a_config_between_the_study_values_is_restricted(tmp_path):
+    path = tmp_path / "gaps.toml"
+    path.write_text("[problem]\nhead_dim = 16\n[space]\nblock_m = [16, 64]\nnum_stages = [1, 3]\n")
+    study = load(str(path))
+    ctx = sweep.Context(study=study, target=__import__("tuner").GpuSpec.from_name("sm_89"), present=None,
+                        gpu_label="none", env={}, run_id=0, store=None)
+    verdict, reason, _ = sweep.budget_stage(Config(32, 16, 1, 1), ctx)
+    assert verdict == sweep.RESTRICTED and "block_m" in reason
+    assert sweep.budget_stage(Config(16, 16, 1, 3), ctx) is None

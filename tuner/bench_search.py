@@ -136,7 +136,7 @@ def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = search.make_sampler(sampler_name, space, seed)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    dists = search.distributions(space)
+    dists = search.distributions(space, sampler_name)
     seen: dict[str, float] = {}
     spent = 0.0
     for number in range(1, budget_trials + 1):
@@ -167,7 +167,7 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
              f"{rows[0].triton_version}), {len(study.space.all_configs())} configs in the space.",
              f"Command: python -m tuner.bench_search quality --study {study_name} --gpu {target_name} "
              f"--samplers {' '.join(samplers)} --seeds {seeds}", "",
-             "| shape | valid configs | sampler | trials to 2% of best: median / worst | distinct configs timed "
+             "| shape | valid configs | sampler | trials to 2% of best: median / worst | distinct configs asked "
              "| recorded timing s: median / worst | found in all seeds |", "|---|---|---|---|---|---|---|"]
     for label in labels:
         shape_rows = [r for r in rows if r.shape == label]

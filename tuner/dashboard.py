@@ -5,7 +5,8 @@ one panel per (num_warps, num_stages). Colour is TFLOP/s, with buttons for % of 
 and ms. Rejected configs are grey cells labelled with the reason (over budget with the
 bytes, incorrect, compile error, crashed, ...). Hovering a cell shows every stored field.
 One roofline page per study places each timed config's TFLOP/s against the compute and
-bandwidth ceilings of the GPU that ran it. ``index.html`` links them all. Pages load
+bandwidth ceilings of the GPU that ran it (one column of points per shape: the
+intensity of attention does not depend on the config). ``index.html`` links them all. Pages load
 ``plotly.min.js`` from beside them, so they open without a network.
 """
 
@@ -143,19 +144,15 @@ def heatmap(rows: list[storage.Result]):
     return fig
 
 
-def kv_bytes_read(row: storage.Result) -> float:
-    """Bytes the kernel moves from and to memory for one launch, for this config.
+def compulsory_bytes(row: storage.Result) -> float:
+    """Bytes one launch must move to or from HBM: Q, K and V read once, O and lse written once.
 
-    Q is read and O written once; K and V are read once per query tile (up to the
-    diagonal when causal), which is why larger BLOCK_M raises arithmetic intensity.
+    The kernel re-reads K and V once per query tile, but at these sizes the re-reads
+    come from L2 (50 MB on an H100/H200), so they do not count against HBM bandwidth;
+    counting them would put measured points above the bandwidth roof.
     """
     element = 4 if row.dtype == "fp32" else 2
-    tiles = math.ceil(row.n_q / row.block_m)
-    if row.causal:
-        kv_rows = sum(min(row.n_k, (t + 1) * row.block_m) for t in range(tiles))
-    else:
-        kv_rows = tiles * row.n_k
-    per_head = (2 * row.n_q * row.head_dim + 2 * kv_rows * row.head_dim) * element + 4 * row.n_q
+    per_head = (2 * row.n_q * row.head_dim + 2 * row.n_k * row.head_dim) * element + 4 * row.n_q
     return float(row.batch * row.heads * per_head)
 
 
@@ -184,7 +181,7 @@ def roofline(rows: list[storage.Result]):
         xs, ys, labels = [], [], []
         for row in shape_rows:
             flops = attention_flops(row.batch, row.heads, row.n_q, row.n_k, row.head_dim, row.causal)
-            xs.append(flops / kv_bytes_read(row))
+            xs.append(flops / compulsory_bytes(row))
             ys.append(row.tflops)
             labels.append(f"{row.config}<br>{row.ms:.4f} ms, {row.tflops:.0f} TFLOP/s<br>{shape}")
         intensities += xs
@@ -201,7 +198,7 @@ def roofline(rows: list[storage.Result]):
     fig.update_layout(
         title=dict(text=f"<b>{first.study}</b> roofline · measured on {first.gpu} (target {first.target})<br><sup>"
                         f"torch {first.torch_version}, triton {first.triton_version}, driver {first.driver}; "
-                        f"intensity = attention FLOPs / bytes moved (Q, O once; K, V once per query tile); "
+                        f"intensity = attention FLOPs / compulsory bytes (Q, K, V read and O written once); "
                         f"ceilings from tuner.gpus ({html.escape(spec.source)})</sup>", x=0.01),
         xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
         yaxis=dict(type="log", title="achieved TFLOP/s"), template="plotly_white", height=650, width=1100,
@@ -209,9 +206,13 @@ def roofline(rows: list[storage.Result]):
     return fig
 
 
-def build_all(db: storage.Store, directory: Path = DEFAULT_DIR) -> list[Path]:
-    """Every heatmap and roofline in the store, plus ``index.html``; returns the pages written."""
-    rows = [r for r in db.results()]
+def build_all(db: storage.Store, directory: Path = DEFAULT_DIR, studies: list[str] | None = None) -> list[Path]:
+    """Every heatmap and roofline in the store (or of ``studies``), plus ``index.html``.
+
+    Returns:
+        The pages written.
+    """
+    rows = [r for r in db.results() if not studies or r.study in studies]
     groups: dict[tuple, list[storage.Result]] = defaultdict(list)
     for row in rows:
         groups[(row.study, row.target, row.gpu, row.shape)].append(row)
@@ -252,13 +253,21 @@ def main(argv=None) -> int:
                "--out dashboards", formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--storage", default=storage.DEFAULT_URL, help=f"database URL (default {storage.DEFAULT_URL})")
     parser.add_argument("--out", type=Path, default=DEFAULT_DIR, help="directory for the pages (default dashboards)")
+    parser.add_argument("--study", action="append", help="only this study (repeatable; default every study)")
     args = parser.parse_args(argv)
     db = storage.Store(args.storage)
-    if not db.results():
+    present = sorted({r.study for r in db.results()})
+    if not present:
         parser.print_usage(sys.stderr)
         print(f"{parser.prog}: error: {args.storage} has no results; run python -m tuner.sweep first", file=sys.stderr)
         return 2
-    pages = build_all(db, args.out)
+    unknown = sorted(set(args.study or []) - set(present))
+    if unknown:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: --study {unknown[0]!r} is not in the store; it has {', '.join(present)}",
+              file=sys.stderr)
+        return 2
+    pages = build_all(db, args.out, args.study)
     print(f"wrote {len(pages)} pages to {args.out}/ (open {args.out / 'index.html'})")
     return 0
 

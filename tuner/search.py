@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass
 
 import optuna
-from optuna.distributions import CategoricalDistribution
+from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from tuner.space import Config, SearchSpace
@@ -26,8 +26,27 @@ REJECTED_CONSTRAINT = "rejected"  # 1.0 when the config was rejected: TPE models
 PARAMS = ("block_m", "block_n", "num_warps", "num_stages")
 
 
-def distributions(space: SearchSpace) -> dict[str, CategoricalDistribution]:
-    """Each parameter as a categorical over the space's values (the grid's axes too)."""
+# TPE sees tile sizes and warps as ordered exponents (16 -> 4, ..., 256 -> 8), so that it
+# knows 256 lies next to 128: as categoricals, a value it has not tried yet is no more
+# likely than any other, and narrow optima (256x64 with 16 warps at D=128) go unfound.
+ORDINAL = {"log2_block_m": "block_m", "log2_block_n": "block_n", "log2_num_warps": "num_warps", "stages": "num_stages"}
+
+
+def distributions(space: SearchSpace, sampler: str = "grid") -> dict:
+    """The parameters Optuna samples: ordinal exponents for ``tpe``, categoricals otherwise
+    (the grid's axes). Both decode with :func:`config_of`."""
+    if sampler == "tpe":
+        out = {}
+        for name, field in ORDINAL.items():
+            values = sorted(getattr(space, field))
+            if name.startswith("log2_"):
+                exponents = [v.bit_length() - 1 for v in values]
+                if any(2 ** e != v for e, v in zip(exponents, values)):
+                    raise ValueError(f"{field} values must be powers of two for the tpe sampler; got {values}")
+                out[name] = IntDistribution(min(exponents), max(exponents))
+            else:
+                out[name] = IntDistribution(min(values), max(values))
+        return out
     return {name: CategoricalDistribution(list(getattr(space, name))) for name in PARAMS}
 
 
@@ -64,6 +83,10 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None = None) -> optu
 
 
 def config_of(params: dict) -> Config:
+    """The config a trial's parameters stand for, in either encoding."""
+    if "log2_block_m" in params:
+        return Config(2 ** int(params["log2_block_m"]), 2 ** int(params["log2_block_n"]),
+                      2 ** int(params["log2_num_warps"]), int(params["stages"]))
     return Config(*(int(params[name]) for name in PARAMS))
 
 

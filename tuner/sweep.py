@@ -86,6 +86,10 @@ class Context:
 
 def budget_stage(config: Config, ctx: Context) -> tuple[str, str, dict] | None:
     """(verdict, reason, fields for the rows) if the config is rejected before compiling, else None."""
+    space = ctx.study.space
+    outside = [name for name in search.PARAMS if getattr(config, name) not in getattr(space, name)]
+    if outside:   # an ordinal sampler can step between the study's values
+        return RESTRICTED, f"{', '.join(outside)} outside the study's space", {"budget_verdict": RESTRICTED}
     for shape in ctx.study.variants():
         why = restriction(config, shape.head_dim)
         if why:
@@ -293,7 +297,7 @@ def run_sweep(ctx: Context, sampler_name: str, trials: int | None, timeout_s: fl
     study.set_user_attr("metric", study_spec.metric)
     study.set_user_attr("target", ctx.target.name)
     study.set_user_attr("gpu", ctx.gpu_label)
-    distributions = search.distributions(space)
+    distributions = search.distributions(space, sampler_name)
     orphans, foreign = search.orphaned_trials(study)
     if orphans:
         print(f"resuming: {len(orphans)} trial(s) left in flight by a stopped sweep will be finished first "
