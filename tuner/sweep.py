@@ -329,7 +329,7 @@ def run_sweep(ctx: Context, sampler_name: str, trials: int | None, timeout_s: fl
     pool = budget.CompilePool(jobs)
     me = search.owner()
 
-    def ask_batch() -> list[tuple[int, Config, list[Future] | None, str | None]]:
+    def ask_batch() -> list[tuple[int, Config, list[Future] | None, tuple | None]]:
         """Ask up to ``batch`` trials; submit the compiles of those that pass the budget."""
         nonlocal orphans
         asked = []
@@ -638,7 +638,8 @@ def _outputs(args, ctx: Context) -> None:
         from tuner import dashboard, emit
     except ImportError:
         return
-    dashboard.build_all(ctx.store)
+    pages = dashboard.build_all(ctx.store)
+    print(f"dashboards: {len(pages)} pages in dashboards/ (open dashboards/index.html)")
     if any(r.status == storage.TIMED for r in ctx.store.results(ctx.study.name, ctx.target.name, ctx.gpu_label)):
         emit.main(["--study", ctx.study.name, "--gpu", ctx.target.name, "--storage", args.storage])
 
