@@ -32,6 +32,7 @@ for stage in $stages; do
       python3 scripts/store_report.py "$DB" article | tee "$OUT/article_report.txt" ;;
     hd128) timeout "${HD128_LIMIT:-330}" python3 -m tuner.sweep --gpu sm_90 --storage "sqlite:///$DB" --no-outputs --study head_dim_128 --sampler grid 2>&1 | tee "$OUT/hd128.log" | grep -v "^\[" ;;
     verify) python3 -m tuner.emit --study article --gpu sm_90 --storage "sqlite:///$DB" --out "$OUT/emitted.py" --verify "$OUT/verify.md" > "$OUT/emit.log" 2>&1; echo "verify rc=$?"; cat "$OUT/verify.md" ;;
+    stability) python3 -m tuner.bench_search stability --storage "sqlite:///$DB" --study article --gpu sm_90 --markdown "$OUT/stability.md" 2>&1 | tail -15 ;;
     race) timeout ${RACE_LIMIT:-300} python3 -m tuner.bench_search speed --markdown "$OUT/race.md" 2>&1 | tail -20 ;;
     copydb) python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$DB" "$OUT/$(basename $DB)" ;;
     bench) python3 -m kernel.bench --pick --json "$OUT/bench.json" --markdown "$OUT/bench.md" 2>&1 | tail -40 ;;

@@ -351,3 +351,32 @@ def test_a_config_between_the_study_values_is_restricted(tmp_path):
     verdict, reason, _ = sweep.budget_stage(Config(32, 16, 1, 1), ctx)
     assert verdict == sweep.RESTRICTED and "block_m" in reason
     assert sweep.budget_stage(Config(16, 16, 1, 3), ctx) is None
+
+
+def test_a_target_other_than_the_gpu_present_is_compiled_for_both():
+    from tuner import GpuSpec
+
+    study = load("article")
+    config = Config(64, 64, 4, 3)
+    on_h200 = sweep.Context(study=study, target=GpuSpec.from_name("sm_89"), present=GpuSpec.from_name("sm_90"),
+                            gpu_label="NVIDIA H200 (sm_90)", env={}, run_id=0, store=None)
+    tasks = sweep.compile_tasks(config, on_h200)
+    # the target's budget from a cross-compile; the binary to run through the JIT of the GPU present
+    assert [(t[2], len(t) == 4 and t[3]) for t in tasks] == [(89, False), (89, False), (90, True), (90, True)]
+    same = sweep.Context(study=study, target=GpuSpec.from_name("sm_90"), present=GpuSpec.from_name("sm_90"),
+                         gpu_label="NVIDIA H200 (sm_90)", env={}, run_id=0, store=None)
+    assert [(t[2], t[3]) for t in sweep.compile_tasks(config, same)] == [(90, True), (90, True)]
+
+
+def test_stability_report_flags_swaps_beyond_the_noise_band():
+    from tuner.bench_search import stability_report
+
+    steady = {"a": [1.00, 1.01, 1.00, 1.00, 1.01], "b": [1.10, 1.11, 1.10, 1.09, 1.10]}
+    lines, ok = stability_report(steady)
+    assert ok and "| 1 | a |" in lines[2] and "5/5" in lines[2]
+    within_noise = {"a": [1.00, 1.03, 0.99, 1.00, 1.00], "b": [1.01, 1.00, 1.02, 1.01, 1.01]}
+    assert stability_report(within_noise)[1]          # they swap, by less than the spread
+    # medians 10% apart, spreads about 5%: the one round b wins is a swap beyond the noise
+    beyond = {"a": [1.00, 1.00, 1.00, 1.00, 1.05], "b": [1.10, 1.10, 1.10, 1.10, 1.04]}
+    lines, ok = stability_report(beyond)
+    assert not ok and "NOT consistent" in lines[-1]

@@ -2,6 +2,7 @@
 
     python -m tuner.bench_search speed [--study autotune_race] [--markdown PATH]   # GPU
     python -m tuner.bench_search quality --storage URL --study article --gpu sm_90 [--shape ...]
+    python -m tuner.bench_search stability --storage URL --study article --gpu sm_90 [--top 5] [--repeats 5]  # GPU
 
 ``speed`` times, in one GPU run and each from a cold Triton cache, ``@triton.autotune``'s
 first call and ``tuner.sweep --sampler grid`` over the same config list, then times
@@ -12,6 +13,10 @@ configs, and each proposal is answered with the time the grid measured for it (t
 objective is that shape's speedup over SDPA-flash). It reports how many trials, and how
 much of the grid's timing wall time, each search needed to come within 2% of the
 grid's best. Nothing is re-timed, so the answer is exact for the recorded timings.
+
+``stability`` re-times a study's top configs for a shape several times, in rounds whose
+order rotates, and reports each one's spread and whether the winner and the runner-up
+swap places by more than that noise.
 """
 
 from __future__ import annotations
@@ -195,6 +200,96 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
     return 0
 
 
+# --------------------------------------------------------------------------- stability
+
+
+def stability_report(times: dict[str, list[float]]) -> tuple[list[str], bool]:
+    """Spread of repeated timings and whether the ranking holds.
+
+    Args:
+        times: config key -> its ms in each round (same number of rounds for all).
+
+    Returns:
+        (markdown lines, ok). ``ok`` is False when the runner-up beat the winner in some
+        round while the two medians differ by more than the noise band, the largest
+        (max - min) / median of any config measured.
+    """
+    medians = {key: statistics.median(ms) for key, ms in times.items()}
+    ranked = sorted(times, key=medians.get)
+    spreads = {key: (max(ms) - min(ms)) / medians[key] for key, ms in times.items()}
+    noise = max(spreads.values())
+    lines = ["| rank | config | median ms | min | max | spread | rounds won |", "|---|---|---|---|---|---|---|"]
+    rounds = len(next(iter(times.values())))
+    wins = {key: sum(1 for r in range(rounds) if min(times, key=lambda k: times[k][r]) == key) for key in times}
+    for rank, key in enumerate(ranked, start=1):
+        ms = times[key]
+        lines.append(f"| {rank} | {key} | {medians[key]:.4f} | {min(ms):.4f} | {max(ms):.4f} | "
+                     f"{100 * spreads[key]:.1f}% | {wins[key]}/{rounds} |")
+    ok = True
+    if len(ranked) > 1:
+        first, second = ranked[0], ranked[1]
+        gap = medians[second] / medians[first] - 1
+        swaps = sum(1 for r in range(rounds) if times[second][r] < times[first][r])
+        ok = swaps == 0 or gap <= noise
+        lines += ["", f"Noise band (largest spread): {100 * noise:.1f}%. Winner {first} vs runner-up {second}: "
+                      f"medians {100 * gap:.1f}% apart; the runner-up was faster in {swaps} of {rounds} rounds. "
+                      + ("Consistent: no swap, or a swap within the noise band." if ok else
+                         "NOT consistent: they swap by more than the noise band.")]
+    return lines, ok
+
+
+def stability(url: str, study_name: str, target_name: str, shape_label: str | None, top: int, repeats: int,
+              markdown: Path | None) -> int:
+    import torch
+
+    from kernel import flash_attn_fwd
+    from kernel.bench import do_bench_median, environment, warm_gpu
+    from tuner import store as storage
+    from tuner.gpus import GpuSpec
+    from tuner.space import Config
+    from tuner.study import load
+
+    if not torch.cuda.is_available():
+        print("stability needs a CUDA GPU", file=sys.stderr)
+        return 1
+    study = load(study_name)
+    target = GpuSpec.from_name(target_name)
+    largest = min(study.shapes, key=lambda s: (s.causal, -s.n_q * s.n_k))     # default: biggest non-causal
+    shape = next((s for s in study.shapes if s.label == shape_label), None) if shape_label else largest
+    if shape is None:
+        print(f"--shape {shape_label!r} is not in study {study.name}: {[s.label for s in study.shapes]}",
+              file=sys.stderr)
+        return 2
+    rows = [r for r in storage.Store(url).results(study.name, target.name)
+            if r.shape == shape.label and r.status == storage.TIMED]
+    configs = [Config.parse(r.config) for r in sorted(rows, key=lambda r: r.ms)[:top]]
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[shape.dtype]
+    q = torch.randn(shape.batch, shape.heads, shape.n_q, shape.head_dim, device="cuda", dtype=dtype)
+    k, v = (torch.randn(shape.batch, shape.heads, shape.n_k, shape.head_dim, device="cuda", dtype=dtype)
+            for _ in range(2))
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
+    env = environment()
+    warm_gpu()
+    times: dict[str, list[float]] = {c.key: [] for c in configs}
+    for round_index in range(repeats):
+        order = configs[round_index % len(configs):] + configs[:round_index % len(configs)]
+        for config in order:        # rotated, so no config always runs first or last
+            times[config.key].append(do_bench_median(
+                lambda c=config: flash_attn_fwd(q, k, v, shape.causal, **c.as_kwargs(), out=out, lse=lse),
+                study.timing.warmup_ms, study.timing.rep_ms))
+    lines, ok = stability_report(times)
+    header = [f"GPU: {env['gpu']}; driver {env['driver']}; torch {env['torch']}; triton {env['triton']}; {env['date']}",
+              f"Command: python -m tuner.bench_search stability --study {study_name} --gpu {target_name} "
+              f"--shape \"{shape.label}\" --top {top} --repeats {repeats}",
+              f"The top {len(configs)} configs of the store for {shape.label}, each timed {repeats} times "
+              f"(do_bench median, {study.timing.warmup_ms} ms warm-up, {study.timing.rep_ms} ms repeats).", ""]
+    text = "\n".join(header + lines)
+    print(text)
+    if markdown:
+        markdown.write_text(text + "\n")
+    return 0 if ok else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tuner.bench_search", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -213,7 +308,17 @@ def main(argv=None) -> int:
     p_quality.add_argument("--samplers", nargs="+", default=["tpe", "random"])
     p_quality.add_argument("--seeds", type=int, default=5)
     p_quality.add_argument("--markdown", type=Path)
+    p_stability = sub.add_parser("stability", help="re-time a study's top configs and report their spread")
+    p_stability.add_argument("--storage", required=True)
+    p_stability.add_argument("--study", required=True)
+    p_stability.add_argument("--gpu", required=True)
+    p_stability.add_argument("--shape", help="shape label (default the study's largest non-causal shape)")
+    p_stability.add_argument("--top", type=int, default=5)
+    p_stability.add_argument("--repeats", type=int, default=5)
+    p_stability.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "stability":
+        return stability(args.storage, args.study, args.gpu, args.shape, args.top, args.repeats, args.markdown)
     if args.command == "speed":
         return speed(args.study, args.markdown)
     return quality(args.storage, args.study, args.gpu, args.shape, args.samplers, args.seeds, args.markdown)

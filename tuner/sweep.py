@@ -246,11 +246,16 @@ def run_budget_only(ctx: Context, jobs: int | None) -> Counter:
         else:
             to_compile.append(config)
     tasks = [task for config in to_compile for task in compile_tasks(config, ctx)]
+    print(f"budget stage for {ctx.target.name}: {len(configs) - len(to_compile)} configs rejected by the model and "
+          f"restrictions; compiling {len(to_compile)} for {ctx.target.name} ({len(tasks)} compiles, cached after)",
+          file=sys.stderr)
 
     def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty() and (done % 4 == 0 or done == total):
+        if sys.stderr.isatty():
             print(f"\rcompiling for {ctx.target.name}: {done}/{total}", end="" if done < total else "\n",
                   file=sys.stderr, flush=True)
+        elif done % 50 == 0 or done == total:     # a log gets a line now and then
+            print(f"compiling for {ctx.target.name}: {done}/{total}", file=sys.stderr, flush=True)
 
     started = time.perf_counter()
     infos = budget.compile_many(tasks, jobs=jobs, progress=progress)
