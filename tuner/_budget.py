@@ -80,6 +80,13 @@ class Problem:
     causal: bool = False
 
     @property
+    def torch_dtype(self):
+        """The torch dtype named by ``dtype`` (the inverse of ``kernel.DTYPES``)."""
+        from kernel import DTYPES
+
+        return {name: dtype for dtype, name in DTYPES.items()}[self.dtype]
+
+    @property
     def label(self) -> str:
         return (f"B{self.batch} H{self.heads} Nq{self.n_q} Nk{self.n_k} D{self.head_dim} "
                 f"{self.dtype}{' causal' if self.causal else ''}")
@@ -207,7 +214,7 @@ def _compile_inputs(config: Config, problem: Problem):
     from kernel import LaunchShape, compile_source
 
     shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
-    return compile_source(_torch_dtype(problem.dtype), shape, problem.causal, config.block_m, config.block_n)
+    return compile_source(problem.torch_dtype, shape, problem.causal, config.block_m, config.block_n)
 
 
 def specialisation(problem: Problem) -> str:
@@ -215,12 +222,6 @@ def specialisation(problem: Problem) -> str:
     which integers are divisible by 16 or equal to 1): problems with equal keys run
     the same binary for a given config."""
     return repr(_compile_inputs(Config(16, 16, 4, 1), problem))
-
-
-def _torch_dtype(name: str):
-    import torch
-
-    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 def _jit_warmup(config: Config, problem: Problem):
@@ -237,7 +238,7 @@ def _jit_warmup(config: Config, problem: Problem):
     from kernel.flash_fwd import _flash_fwd_kernel
 
     shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
-    dtype = _torch_dtype(problem.dtype)
+    dtype = problem.torch_dtype
     pointers = (dtype, dtype, dtype, dtype, torch.float32)      # warmup takes dtypes for tensors
     args = [value for _, value in kernel_arguments(pointers, shape, problem.causal)]
     return _flash_fwd_kernel.warmup(*args, HEAD_DIM=problem.head_dim, BLOCK_M=config.block_m,

@@ -263,7 +263,7 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
     rows = [r for r in storage.Store(url).results(study.name, target.name)
             if r.shape == shape.label and r.status == storage.TIMED]
     configs = [Config.parse(r.config) for r in sorted(rows, key=lambda r: r.ms)[:top]]
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[shape.dtype]
+    dtype = shape.torch_dtype
     q = torch.randn(shape.batch, shape.heads, shape.n_q, shape.head_dim, device="cuda", dtype=dtype)
     k, v = (torch.randn(shape.batch, shape.heads, shape.n_k, shape.head_dim, device="cuda", dtype=dtype)
             for _ in range(2))

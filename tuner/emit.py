@@ -190,7 +190,6 @@ def verify(path: Path, study, rows: list[storage.Result], markdown: Path) -> int
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     autotuned = make_autotuned(module.CONFIGS, module.KEY)
-    dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
     env = environment()
     warm_gpu()
     lines = [f"GPU: {env['gpu']}; driver {env['driver']}; torch {env['torch']}; triton {env['triton']}; {env['date']}",
@@ -205,7 +204,7 @@ def verify(path: Path, study, rows: list[storage.Result], markdown: Path) -> int
     for shape in study.shapes:
         shape_rows = [r for r in rows if r.shape == shape.label and r.status == storage.TIMED]
         best = Config.parse(min(shape_rows, key=lambda r: r.ms).config)
-        q, k, v = (torch.randn(shape.batch, shape.heads, n, shape.head_dim, device="cuda", dtype=dtypes[shape.dtype])
+        q, k, v = (torch.randn(shape.batch, shape.heads, n, shape.head_dim, device="cuda", dtype=shape.torch_dtype)
                    for n in (shape.n_q, shape.n_k, shape.n_k))
         out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
         autotuned(q, k, v, shape.causal, out=out, lse=lse)        # the first call tunes

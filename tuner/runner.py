@@ -104,7 +104,7 @@ class _Bench:
         torch = self.torch
         from kernel.reference import torch_low_precision_error
 
-        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[problem.dtype]
+        dtype = problem.torch_dtype
         seed = int.from_bytes(os.urandom(4), "little")
         generator = torch.Generator(device=self.device).manual_seed(seed)
         q = torch.randn(problem.batch, problem.heads, problem.n_q, problem.head_dim, device=self.device,

@@ -129,8 +129,13 @@ def orphaned_trials(study: optuna.Study) -> tuple[list[Orphan], int]:
     return orphans, foreign
 
 
+def grid_size(space: SearchSpace) -> int:
+    """Points of the grid sampler's product grid (restricted ones included)."""
+    return math.prod(len(getattr(space, name)) for name in PARAMS)
+
+
 def grid_left(study: optuna.Study, space: SearchSpace) -> int:
     """Grid points no trial has taken yet (the grid sampler would repeat one after that)."""
     taken = {t.system_attrs["grid_id"] for t in study.get_trials(deepcopy=False)
              if "grid_id" in t.system_attrs and t.state != TrialState.WAITING}
-    return math.prod(len(getattr(space, name)) for name in PARAMS) - len(taken)
+    return grid_size(space) - len(taken)

@@ -31,7 +31,7 @@ from tuner import _budget as budget
 from tuner import search, store as storage
 from tuner.gpus import GpuSpec, valid_names
 from tuner.runner import GpuWorker, TrialOutcome, WorkerFailed
-from tuner.space import Config, restriction
+from tuner.space import Config
 from tuner.study import Study, StudyError, load
 
 RESTRICTED = "restricted"          # the study's own [space] restrictions
@@ -91,14 +91,13 @@ def budget_stage(config: Config, ctx: Context) -> tuple[str, str, dict] | None:
     if outside:   # an ordinal sampler can step between the study's values
         return RESTRICTED, f"{', '.join(outside)} outside the study's space", {"budget_verdict": RESTRICTED}
     for shape in ctx.study.variants():
-        why = restriction(config, shape.head_dim)
-        if why:
-            verdict = budget.OVER_REGISTERS if why.startswith("registers") else budget.INVALID
-            return verdict, why, {"budget_verdict": verdict}
+        # Without compile info, budget.verdict applies the space's restrictions, then the model.
+        result = budget.verdict(config, shape, ctx.target, None)
+        if result.verdict in (budget.OVER_REGISTERS, budget.INVALID):
+            return result.verdict, result.reason, {"budget_verdict": result.verdict}
         if not ctx.study.allowed(config, shape.head_dim):
             return RESTRICTED, f"excluded by the study's restrictions {list(ctx.study.restrictions)}", {
                 "budget_verdict": RESTRICTED}
-        result = budget.verdict(config, shape, ctx.target, None)
         if not result.launchable:
             return result.verdict, result.reason, {"budget_verdict": result.verdict,
                                                    "model_smem_bytes": result.model_bytes,
@@ -319,7 +318,7 @@ def run_sweep(ctx: Context, sampler_name: str, trials: int | None, timeout_s: fl
     finished = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
     grid = sampler_name == "grid"
     if grid:
-        total = math.prod(len(d.choices) for d in search.distributions(space).values())
+        total = search.grid_size(space)
     else:
         total = trials or 100
     cores = os.cpu_count() or 1
@@ -346,9 +345,11 @@ def run_sweep(ctx: Context, sampler_name: str, trials: int | None, timeout_s: fl
                 trial_of(orphan.number).set_user_attr(search.OWNER_ATTR, me)
                 number, config = orphan.number, orphan.config
             else:
-                done_now = sum(t.state.is_finished() or t.state == optuna.trial.TrialState.RUNNING
-                               for t in study.get_trials(deepcopy=False))
-                if (grid and search.grid_left(study, space) <= 0) or (not grid and done_now >= total):
+                if grid:
+                    if search.grid_left(study, space) <= 0:
+                        break
+                elif sum(t.state.is_finished() or t.state == optuna.trial.TrialState.RUNNING
+                         for t in study.get_trials(deepcopy=False)) >= total:
                     break
                 trial = study.ask(distributions)
                 trial.set_user_attr(search.OWNER_ATTR, me)
