@@ -1,4 +1,4 @@
-"""FlashAttention-2 forward in Triton, with its references.
+"""FlashAttention-2 forward in Triton, with its references and stopwatches.
 
 Public API:
     flash_attn_fwd(q, k, v, causal=False, *, block_m, block_n, num_warps, num_stages) -> (out, lse)
@@ -6,22 +6,24 @@ Public API:
 """
 
 from kernel.flash_fwd import (
+    AUTOTUNE_KEY,
     COMPILE_OPTIONS,
     DTYPES,
     HEAD_DIMS,
     FlashAttention,
+    LaunchPlan,
     LaunchShape,
-    compile_source,
     default_config,
     flash_attention,
     flash_attn_fwd,
     interpreting,
     kernel_arguments,
+    plan_for,
 )
 from kernel.reference import attention_reference, flash_attn_tiled_reference
 
 __all__ = [
-    "COMPILE_OPTIONS", "DTYPES", "HEAD_DIMS", "FlashAttention", "LaunchShape", "attention_reference", "compile_source",
-    "default_config", "flash_attention", "flash_attn_fwd", "flash_attn_tiled_reference", "interpreting",
-    "kernel_arguments",
+    "AUTOTUNE_KEY", "COMPILE_OPTIONS", "DTYPES", "HEAD_DIMS", "FlashAttention", "LaunchPlan", "LaunchShape",
+    "attention_reference", "default_config", "flash_attention", "flash_attn_fwd", "flash_attn_tiled_reference",
+    "interpreting", "kernel_arguments", "plan_for",
 ]

@@ -3,7 +3,9 @@
 ``kernel/configs_h200.py`` is the list ``python -m tuner.emit`` wrote after the H200
 sweep of the article's study; paste your own GPU's list in its place. Triton times
 every config of the list on the first call for each new key (lengths, head dim,
-causal, dtype) and keeps the fastest.
+causal, dtype) and keeps the fastest. Later calls with the same input layout skip the
+autotuner and the JIT and launch the chosen binary directly (the launch plans of
+:mod:`kernel.flash_fwd`).
 
     from kernel.autotuned import flash_attn_fwd_autotuned
     out, lse = flash_attn_fwd_autotuned(q, k, v, causal=True)
@@ -11,13 +13,13 @@ causal, dtype) and keeps the fastest.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import triton
 
 from kernel.configs_h200 import CONFIGS, KEY
-from kernel.flash_fwd import _check_inputs, _flash_fwd_kernel, _launch
+from kernel.flash_fwd import _flash_fwd_kernel, plan_for
 
 
 class AutotunedFlashAttention:
@@ -37,13 +39,7 @@ class AutotunedFlashAttention:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,
                  out: torch.Tensor | None = None, lse: torch.Tensor | None = None):
         """Same arguments and returns as :func:`kernel.flash_attn_fwd`, without the config."""
-        _check_inputs(q, k, v)
-        return _launch(self.kernel, q, k, v, causal, {}, out, lse)
-
-
-def make_autotuned(configs: Sequence[triton.Config], key: Sequence[str]) -> AutotunedFlashAttention:
-    """An autotuned entry point over any emitted list (``CONFIGS``, ``KEY``)."""
-    return AutotunedFlashAttention(configs, key)
+        return plan_for(self.kernel, None, q, k, v, causal, out, lse)(q, k, v, out, lse)
 
 
 flash_attn_fwd_autotuned = AutotunedFlashAttention(CONFIGS, KEY)

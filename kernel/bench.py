@@ -3,99 +3,55 @@
     python -m kernel.bench                     # the article's table plus D=128 and long N
     python -m kernel.bench --n 4096 --head-dim 64 --markdown docs/results/x.md
 
-Speed is reported as a ratio to SDPA measured in the same process on the same
-inputs: absolute times drift between runs and machines, ratios much less.
+GPU times come from CUDA-graph replays over input sets that do not fit in L2
+(:mod:`kernel.timing`); "host µs" is the time a call takes on the CPU, measured as the
+rate at which back-to-back calls are enqueued. Speed is reported as a ratio to SDPA
+measured in the same process on the same inputs: absolute times drift between runs
+and machines, ratios much less.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import platform
-import subprocess
 import sys
-from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
-SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
-
-
-def attention_flops(batch: int, heads: int, n_q: int, n_k: int, head_dim: int, causal: bool) -> float:
-    """Two matmuls of N_q x N_k x D multiply-adds; causal counts the lower triangle only."""
-    flops = 4.0 * batch * heads * n_q * n_k * head_dim
-    if causal:
-        # Kept keys per query i are min(i + 1, N_k), top-left aligned.
-        kept = sum(min(i + 1, n_k) for i in range(n_q)) if n_q <= 65536 else n_q * n_k / 2
-        flops *= kept / (n_q * n_k)
-    return flops
-
-
-def environment() -> dict[str, str]:
-    """GPU, versions and date, for every recorded result."""
-    import triton
-
-    info = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-            "gpu": "none", "driver": "n/a", "cuda": str(torch.version.cuda)}
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        info["gpu"] = f"{props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs)"
-        try:
-            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                            capture_output=True, text=True, timeout=20).stdout.strip() or "unknown"
-        except (OSError, subprocess.SubprocessError):
-            info["driver"] = "unknown"
-    return info
-
-
-def do_bench_median(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> float:
-    """Median ms of ``fn`` by ``triton.testing.do_bench``: warm-up, L2 flush, CUDA events."""
-    import triton.testing
-
-    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-
-
-def time_sdpa(q, k, v, causal: bool, warmup_ms: int = 25, rep_ms: int = 100) -> dict[str, float | None]:
-    """Median ms of each SDPA backend on these inputs (None where it did not run).
-
-    The backend is pinned once around the timing loop, not inside the timed call, so
-    SDPA is not charged for entering a context manager on every launch.
-    """
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    times: dict[str, float | None] = {}
-    for backend, name in SDPA_BACKENDS.items():
-        with sdpa_kernel(getattr(SDPBackend, name)):
-            try:
-                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                torch.cuda.synchronize()
-            except RuntimeError:
-                times[backend] = None
-                continue
-            times[backend] = do_bench_median(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                                             warmup_ms, rep_ms)
-    return times
-
-
-def warm_gpu(seconds: float = 1.5) -> None:
-    """Keep the GPU busy for a moment so its clocks are up before anything is timed
-    (an idle H200 sits at a few hundred MHz and takes a while to ramp)."""
-    import time
-
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        for _ in range(20):
-            a = (a @ a).clamp_(-1, 1)
-        torch.cuda.synchronize()
-
+from kernel.timing import (
+    SDPA_BACKENDS,
+    attention_flops,
+    environment,
+    environment_line,
+    gpu_time,
+    host_us,
+    input_sets,
+    time_sdpa,
+    warm_gpu,
+)
 
 # Hand-picked candidates for --pick: large tiles, the warp counts wgmma likes.
 CANDIDATES = [dict(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
               for bm in (64, 128) for bn in (64, 128) for w in (4, 8) for s in (2, 3)]
+
+
+def make_sets(batch, heads, n, head_dim, dtype) -> list[tuple]:
+    """Random (q, k, v, out, lse) sets, as many as keep the timed loop out of L2."""
+    element = torch.finfo(dtype).bits // 8
+    per_set = 4 * batch * heads * n * head_dim * element
+    sets = []
+    for _ in range(input_sets(per_set)):
+        q, k, v = (torch.randn(batch, heads, n, head_dim, device="cuda", dtype=dtype) for _ in range(3))
+        sets.append((q, k, v, torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)))
+    return sets
+
+
+def _time_config(sets, causal, config) -> tuple[float, str]:
+    from kernel import flash_attn_fwd
+
+    calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], causal, **config, out=s[3], lse=s[4]) for s in sets]
+    timing = gpu_time(calls)
+    return timing.ms, timing.method
 
 
 def bench_case(batch, heads, n, head_dim, causal, dtype=torch.bfloat16, config=None, pick=False) -> dict:
@@ -105,22 +61,27 @@ def bench_case(batch, heads, n, head_dim, causal, dtype=torch.bfloat16, config=N
     """
     from kernel import default_config, flash_attn_fwd
 
-    q, k, v = (torch.randn(batch, heads, n, head_dim, device="cuda", dtype=dtype) for _ in range(3))
+    sets = make_sets(batch, heads, n, head_dim, dtype)
     tried = {}
     for candidate in (CANDIDATES if pick else [config or default_config(head_dim, causal)]):
         try:
-            tried[tuple(candidate.values())] = do_bench_median(lambda: flash_attn_fwd(q, k, v, causal, **candidate))
+            tried[tuple(candidate.values())] = _time_config(sets, causal, candidate)
         except Exception as exc:  # out of resources on this GPU: not a candidate here
             print(f"  skip {candidate}: {type(exc).__name__}", file=sys.stderr)
-    best = min(tried, key=tried.get)
+    best = min(tried, key=lambda c: tried[c][0])
     config = dict(zip(("block_m", "block_n", "num_warps", "num_stages"), best))
-    ours = tried[best]
-    sdpa = time_sdpa(q, k, v, causal)
+    ours, method = tried[best]
+    q, k, v = sets[0][:3]
+    ours_host = host_us(lambda: flash_attn_fwd(q, k, v, causal, **config))      # the user's call: allocates
+    sdpa = time_sdpa([s[:3] for s in sets], causal)
     flops = attention_flops(batch, heads, n, n, head_dim, causal)
     row = dict(B=batch, H=heads, N=n, D=head_dim, causal=causal, dtype=str(dtype).replace("torch.", ""),
-               config=config, ours_ms=ours, ours_tflops=flops / ours * 1e-9, candidates_timed=len(tried))
-    for backend, ms in sdpa.items():
+               config=config, ours_ms=ours, ours_tflops=flops / ours * 1e-9, ours_host_us=ours_host,
+               timer=method, input_sets=len(sets), candidates_timed=len(tried))
+    for backend, result in sdpa.items():
+        ms = result["ms"]
         row[f"{backend}_ms"] = ms
+        row[f"{backend}_host_us"] = result["host_us"]
         row[f"{backend}_tflops"] = flops / ms * 1e-9 if ms else None
         row[f"vs_{backend}"] = ms / ours if ms else None          # > 1: we are faster
     return row
@@ -137,22 +98,24 @@ def _fmt(value, spec):
 
 def table(rows: list[dict], env: dict[str, str]) -> str:
     """A markdown table of result rows, with the environment above it."""
-    lines = [f"GPU: {env['gpu']}; driver {env['driver']}; torch {env['torch']}; triton {env['triton']}; "
-             f"{env['date']}", "",
-             "| D | N | causal | config (BMxBN, warps, stages) | ours ms | ours TFLOP/s | flash ms | flash TFLOP/s "
-             "| cuDNN ms | cuDNN TFLOP/s | x SDPA-flash | x SDPA-cuDNN |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [environment_line(env), "",
+             "| D | N | causal | config (BMxBN, warps, stages) | ours ms | ours TFLOP/s | flash ms | cuDNN ms "
+             "| cuDNN TFLOP/s | x SDPA-flash | x SDPA-cuDNN | host µs/call: ours | flash | cuDNN |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["config"]
         lines.append(
             f"| {r['D']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
-            f"{c['block_m']}x{c['block_n']}, {c['num_warps']}, {c['num_stages']} | {r['ours_ms']:.3f} | "
-            f"{r['ours_tflops']:.0f} | {_fmt(r['flash_ms'], '.3f')} | {_fmt(r['flash_tflops'], '.0f')} | "
-            f"{_fmt(r['cudnn_ms'], '.3f')} | {_fmt(r['cudnn_tflops'], '.0f')} | {_fmt(r['vs_flash'], '.2f')} | "
-            f"{_fmt(r['vs_cudnn'], '.2f')} |")
+            f"{c['block_m']}x{c['block_n']}, {c['num_warps']}, {c['num_stages']} | {r['ours_ms']:.4f} | "
+            f"{r['ours_tflops']:.0f} | {_fmt(r['flash_ms'], '.4f')} | {_fmt(r['cudnn_ms'], '.4f')} | "
+            f"{_fmt(r['cudnn_tflops'], '.0f')} | {_fmt(r['vs_flash'], '.2f')} | {_fmt(r['vs_cudnn'], '.2f')} | "
+            f"{r['ours_host_us']:.1f} | {_fmt(r['flash_host_us'], '.1f')} | {_fmt(r['cudnn_host_us'], '.1f')} |")
     ran = [b for b in SDPA_BACKENDS if any(r[f"{b}_ms"] for r in rows)]
-    lines += ["", f"SDPA backends that ran: {', '.join(ran) or 'none'}. "
-                  "x SDPA = SDPA time / our time (above 1: faster than SDPA)."]
+    timers = sorted({r["timer"] for r in rows})
+    lines += ["", f"SDPA backends that ran: {', '.join(ran) or 'none'}. x SDPA = SDPA time / our time "
+                  f"(above 1: faster than SDPA). GPU times: {', '.join(timers)} over input sets that do not fit "
+                  "in L2; host µs: back-to-back calls enqueued before one sync (ours allocates its outputs, as a "
+                  "user's call does)."]
     return "\n".join(lines)
 
 
@@ -171,10 +134,6 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="also write the rows as JSON here")
     parser.add_argument("--markdown", help="also write the table here")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("python -m kernel.bench needs a CUDA GPU: it times the kernel against SDPA. "
-              "Without one, run the tests (README) or `python -m tuner.budget --gpu sm_89`.", file=sys.stderr)
-        return 1
     config = None
     if args.config:
         try:
@@ -184,6 +143,18 @@ def main(argv=None) -> int:
             print(f"{parser.prog}: error: --config {args.config!r} must be BM,BN,WARPS,STAGES", file=sys.stderr)
             return 2
         config = dict(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
+    from kernel.flash_fwd import HEAD_DIMS
+
+    bad = [f"--head-dim {d} is not one of {HEAD_DIMS}" for d in args.head_dim or [] if d not in HEAD_DIMS]
+    bad += [f"--n {n} must be a positive length" for n in args.n or [] if n < 1]
+    if bad:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {bad[0]}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("python -m kernel.bench needs a CUDA GPU: it times the kernel against SDPA. "
+              "Without one, run the tests (README) or `python -m tuner.budget --gpu sm_89`.", file=sys.stderr)
+        return 1
     cases = [(d, n, c) for d, n, c in DEFAULT_CASES
              if (not args.head_dim or d in args.head_dim) and (not args.n or n in args.n)]
     env = environment()
@@ -192,8 +163,8 @@ def main(argv=None) -> int:
     for d, n, c in cases:
         rows.append(bench_case(4, 8, n, d, c, config=config, pick=args.pick))
         r = rows[-1]
-        print(f"D={d} N={n} causal={c}: ours {r['ours_ms']:.3f} ms, x flash {_fmt(r['vs_flash'], '.2f')}, "
-              f"x cuDNN {_fmt(r['vs_cudnn'], '.2f')}", flush=True)
+        print(f"D={d} N={n} causal={c}: ours {r['ours_ms']:.4f} ms ({r['ours_host_us']:.1f} µs host), "
+              f"x flash {_fmt(r['vs_flash'], '.2f')}, x cuDNN {_fmt(r['vs_cudnn'], '.2f')}", flush=True)
     text = table(rows, env)
     print(text)
     if args.markdown:

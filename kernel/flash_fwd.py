@@ -1,8 +1,11 @@
 """FlashAttention-2 forward in Triton: one program per (query tile, batch x head).
 
-Read top to bottom: the kernel, then the description of its arguments that the
-launcher and the tuner's cross-compiler share, then the launcher and the autograd
-wrapper. This file imports nothing from ``tuner``; copy it into your own code.
+Read top to bottom: the kernel, the description of its arguments that the launcher
+and the tuner's cross-compiler share, the input checks, the launcher (a cached launch
+plan per input layout, so a repeated call costs little more than the launch itself),
+and the autograd wrapper. This file imports nothing from ``tuner``; copy it into your
+own code. (It is longer than our ~400-line rule for modules because it is the one
+file a user copies, so it must stand alone.)
 
 Conventions:
     * ``q``: [B, H, N_q, D] or [B, N_q, D]; ``k``, ``v``: [B, H, N_k, D] or [B, N_k, D].
@@ -10,15 +13,16 @@ Conventions:
       ``torch.tril`` on the [N_q, N_k] score matrix).
     * ``lse`` is the natural-log logsumexp of each row of scaled scores, fp32,
       [B, H, N_q] (or [B, N_q]). A row with no valid key (only when N_k == 0) gets
-      ``out = 0`` and ``lse = -inf``.
+      ``out = 0`` and ``lse = -inf``; a NaN in ``q`` or ``k`` gives NaN, never -inf.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import triton
@@ -128,10 +132,12 @@ def _flash_fwd_kernel(
                                   full_stop, key_stop, offs_m, offs_n, N_K, qk_scale,
                                   MASKED=True, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N)
 
-    # Rows with no valid key (N_K == 0) have l_i == 0: write 0 and lse = -inf.
-    has_key = l_i > 0.0
-    out = acc / tl.where(has_key, l_i, 1.0)[:, None]                       # [BLOCK_M, D]
-    lse = tl.where(has_key, m_i * LN2 + tl.log(tl.where(has_key, l_i, 1.0)), float("-inf"))  # [BLOCK_M], ln
+    # l_i == 0 only in rows that saw no valid key (N_K == 0): write out = 0, lse = -inf.
+    # A NaN in q or k makes l_i NaN, which is not == 0, so NaN reaches out and lse
+    # instead of posing as "no key".
+    no_key = l_i == 0.0
+    out = acc / tl.where(no_key, 1.0, l_i)[:, None]                        # [BLOCK_M, D]
+    lse = tl.where(no_key, float("-inf"), m_i * LN2 + tl.log(l_i))         # [BLOCK_M], ln
     o_ptrs = O + batch * stride_ob + head * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :]
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < N_Q)
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
@@ -146,7 +152,7 @@ class LaunchShape:
 
     Strides are (batch, head, row) in elements; the unit stride of the head dimension
     is not an argument at all (the launcher makes it 1), so it can never be
-    specialised differently by the launcher and the cross-compiler.
+    specialised differently by the launcher and the tuner's cross-compiler.
     """
 
     batch: int
@@ -160,7 +166,7 @@ class LaunchShape:
     o_strides: tuple[int, int, int]
 
     @classmethod
-    def contiguous(cls, batch: int, heads: int, n_q: int, n_k: int, head_dim: int) -> "LaunchShape":
+    def contiguous(cls, batch: int, heads: int, n_q: int, n_k: int, head_dim: int) -> LaunchShape:
         """The shape of contiguous [B, H, N, D] tensors, as the tuner assumes."""
         q = (heads * n_q * head_dim, n_q * head_dim, head_dim)
         k = (heads * n_k * head_dim, n_k * head_dim, head_dim)
@@ -184,50 +190,11 @@ def kernel_arguments(pointers: Sequence[Any], shape: LaunchShape, causal: bool) 
     ]
 
 
-def _int_type(value: int) -> str:
-    return "i32" if -(2**31) <= value < 2**31 else "i64"
+# The kernel arguments whose change makes @triton.autotune tune again (it adds dtypes itself).
+AUTOTUNE_KEY = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
 
 
-def compile_source(dtype: torch.dtype, shape: LaunchShape, causal: bool, block_m: int, block_n: int):
-    """The ``triton.compile`` inputs the JIT would build for this launch.
-
-    Mirrors Triton's run-time specialisation (3.6 to 3.9): pointers 16-byte aligned
-    (torch allocations are), integers divisible by 16 get ``tt.divisibility = 16``,
-    integers equal to 1 become constexprs. Without the divisibility hints Triton does
-    not pipeline the loads and shared memory no longer depends on ``num_stages``.
-
-    Returns:
-        ``(signature, constexprs, attrs)`` for ``triton.compiler.ASTSource``.
-    """
-    ptr_type = "*" + DTYPES[dtype]
-    pointers = [ptr_type] * 4 + ["*fp32"]
-    signature: dict[str, str] = {}
-    constexprs: dict[tuple[int, ...], Any] = {}
-    attrs: dict[tuple[int, ...], list] = {}
-    divisible = [["tt.divisibility", 16]]
-    for index, (name, value) in enumerate(kernel_arguments(pointers, shape, causal)):
-        if isinstance(value, str):
-            signature[name] = value
-            attrs[(index,)] = divisible
-        elif isinstance(value, float):
-            signature[name] = "fp32"
-        elif value == 1:
-            signature[name] = "constexpr"
-            constexprs[(index,)] = 1
-        else:
-            signature[name] = _int_type(value)
-            if value % 16 == 0:
-                attrs[(index,)] = divisible
-    first_constexpr = len(signature)
-    for offset, (name, value) in enumerate(
-        [("HEAD_DIM", shape.head_dim), ("BLOCK_M", block_m), ("BLOCK_N", block_n), ("CAUSAL", bool(causal))]
-    ):
-        signature[name] = "constexpr"
-        constexprs[(first_constexpr + offset,)] = value
-    return signature, constexprs, attrs
-
-
-# ------------------------------------------------------------------------------ launcher
+# ------------------------------------------------------------------------------ checks
 
 
 def interpreting() -> bool:
@@ -239,7 +206,7 @@ def _is_pow2(value: int) -> bool:
     return isinstance(value, int) and value > 0 and value & (value - 1) == 0
 
 
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -248,14 +215,17 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         if t.dtype not in DTYPES:
             raise TypeError(f"{name}.dtype is {t.dtype}; supported: float32, float16, bfloat16")
         if t.device.type != "cuda" and not interpreting():
-            raise ValueError(
-                f"{name} is on {t.device}; the kernel needs CUDA tensors "
-                "(or TRITON_INTERPRET=1 set before importing kernel, to run on the CPU)"
-            )
+            raise ValueError(f"{name} is on {t.device}; the kernel needs CUDA tensors "
+                             "(or TRITON_INTERPRET=1 set before importing kernel, to run on the CPU)")
+    if causal is not True and causal is not False:
+        raise TypeError(f"causal must be True or False; got {causal!r} ({type(causal).__name__})")
     if not (q.ndim == k.ndim == v.ndim):
         raise ValueError(f"q, k, v must have the same rank; got {q.ndim}, {k.ndim}, {v.ndim}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype == torch.bfloat16 and interpreting():
+        raise TypeError("bfloat16 does not work under TRITON_INTERPRET=1: the interpreter's dot multiplies the raw "
+                        "bits and returns garbage; use float32 or float16 there, bfloat16 on a GPU")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
     if k.shape != v.shape:
@@ -274,8 +244,16 @@ def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int) -
             raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
     if not _is_pow2(num_warps) or num_warps > 32:
         raise ValueError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
-    if not isinstance(num_stages, int) or num_stages < 1:
+    if not isinstance(num_stages, int) or isinstance(num_stages, bool) or num_stages < 1:
         raise ValueError(f"num_stages={num_stages!r} must be an integer >= 1")
+
+
+def _check_output(given: torch.Tensor, name: str, shape, dtype, device) -> None:
+    if not isinstance(given, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(given).__name__}")
+    if tuple(given.shape) != tuple(shape) or given.dtype != dtype or given.device != device:
+        raise ValueError(f"{name} must be {tuple(shape)} {dtype} on {device}; "
+                         f"got {tuple(given.shape)} {given.dtype} on {given.device}")
 
 
 def default_config(head_dim: int, causal: bool = False, capability: int | None = None) -> dict[str, int]:
@@ -310,26 +288,179 @@ def default_config(head_dim: int, causal: bool = False, capability: int | None =
     return dict(block_m=64, block_n=32, num_warps=4, num_stages=1)
 
 
-def _output(given, name, shape, dtype, device, allocate):
-    if given is None:
-        return allocate()
-    if tuple(given.shape) != tuple(shape) or given.dtype != dtype or given.device != device:
-        raise ValueError(f"{name} must be {tuple(shape)} {dtype} on {device}; got {tuple(given.shape)} {given.dtype} on {given.device}")
-    return given
+# ---------------------------------------------------------------------- launch plans
+#
+# Binding ~25 arguments through the JIT costs tens of microseconds of Python per call,
+# more than the kernel itself at small N. So the first call with a given layout
+# checks everything and works out a plan: output shapes, grid, the scalar arguments and,
+# after the JIT's own first launch, the compiled kernel. A later call whose plan key
+# matches (shapes, strides, dtypes, devices, pointer alignment, causal, config, the
+# outputs given) has passed the same checks and launches the compiled kernel directly.
+
+
+def _plan_key(q, k, v, causal, config, out, lse) -> tuple:
+    # Pointer alignment is part of the key: the JIT compiles 16-byte aligned pointers
+    # differently, so a misaligned view must not reuse an aligned tensor's binary.
+    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+            q.device, k.device, v.device, q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, causal, config,
+            None if out is None else (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() % 16),
+            None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() % 16))
+
+
+def _row_strides(shape, strides) -> tuple[int, int, int]:
+    """(batch, head, row) strides in elements; a [B, N, D] tensor is read as [B, 1, N, D]
+    with the head stride ``unsqueeze(1)`` would give (never used: there is one head)."""
+    if len(shape) == 3:
+        return strides[0], strides[1] * shape[1], strides[1]
+    return strides[0], strides[1], strides[2]
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _hooks_idle() -> bool:
+    """No profiler has hooked Triton's launches (then the direct launch would skip them)."""
+    runtime = triton.knobs.runtime
+    return all(hook is None or not getattr(hook, "calls", True)
+               for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook))
+
+
+try:
+    _current_stream = torch._C._cuda_getCurrentRawStream     # what Triton itself calls: no Python objects
+    _current_device = torch._C._cuda_getDevice
+except AttributeError:                                        # pragma: no cover (a torch without CUDA)
+    _current_stream = _current_device = None
+
+
+class LaunchPlan:
+    """One launch layout, worked out once from checked inputs; calling it runs the kernel.
+
+    Attributes:
+        shape: the :class:`LaunchShape` the kernel is specialised on.
+        grid: (query tiles, batch x heads); None when there is nothing to compute, and
+            unknown (None) tiles until an autotuner has chosen a config.
+        compiled: the compiled kernel once the JIT has launched it; None under the
+            interpreter, where every call goes through the JIT.
+    """
+
+    def __init__(self, kernel, launch: dict, q, k, v, causal: bool, out, lse):
+        batch, heads = q.shape[0], 1 if q.ndim == 3 else q.shape[1]
+        n_q, n_k, head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
+        self.kernel, self.launch, self.causal = kernel, launch, causal
+        self.out_shape, self.lse_shape = tuple(q.shape), tuple(q.shape[:-1])
+        self.dtype, self.device = q.dtype, q.device
+        # Inputs with a non-unit last stride are copied on every call (the kernel reads rows).
+        self.copy_inputs = not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1)
+        strides = [t.stride() if t.stride(-1) == 1 else _contiguous_strides(t.shape) for t in (q, k, v)]
+        o_strides = out.stride() if out is not None else _contiguous_strides(q.shape)
+        self.shape = LaunchShape(batch, heads, n_q, n_k, head_dim, *(_row_strides(q.shape, s) for s in strides),
+                                 _row_strides(q.shape, o_strides))
+        block_m = launch.get("BLOCK_M")
+        self.grid = None if batch * heads * n_q == 0 else (triton.cdiv(n_q, block_m) if block_m else None,
+                                                           batch * heads)
+        self.compiled = self._run = None
+
+    def __call__(self, q, k, v, out=None, lse=None):
+        if self.copy_inputs:
+            q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        if out is None:
+            out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+        if lse is None:
+            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        if self.grid is None:
+            return out, lse
+        if self._run is not None and _current_device() == self.device.index and _hooks_idle():
+            self._run(self.grid[0], self.grid[1], 1, _current_stream(self.device.index), self._function,
+                      self._packed, None, None, None, q, k, v, out, lse, *self._scalars)
+        else:
+            self._launch_jit(q, k, v, out, lse)
+        return out, lse
+
+    def _launch_jit(self, q, k, v, out, lse) -> None:
+        """Launch through the JIT (or an autotuner over it), then keep its compiled kernel."""
+        args = [value for _, value in kernel_arguments((q, k, v, out, lse), self.shape, self.causal)]
+        n_q, tiles = self.shape.n_q, self.grid[1]
+        compiled = self.kernel[lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), tiles)](
+            *args, HEAD_DIM=self.shape.head_dim, CAUSAL=self.causal, **self.launch, **COMPILE_OPTIONS)
+        if self.compiled is None and not interpreting() and getattr(compiled, "function", None) is not None:
+            chosen = self.launch or self.kernel.best_config.kwargs      # an autotuner's pick
+            self.compiled, self._run = compiled, compiled.run
+            self._function, self._packed = compiled.function, compiled.packed_metadata
+            self.grid = (triton.cdiv(n_q, chosen["BLOCK_M"]), tiles)
+            # The launcher takes every argument, constexprs included, in signature order.
+            self._scalars = tuple(args[5:]) + (self.shape.head_dim, chosen["BLOCK_M"], chosen["BLOCK_N"], self.causal)
+
+
+_PLANS: dict[tuple, LaunchPlan] = {}
+_PLAN_LIMIT = 4096        # layouts kept; a process that makes more starts over
+
+
+def _plan_key(q, k, v, causal, config, out, lse) -> tuple:
+    # Pointer alignment is in the key: the JIT compiles 16-byte aligned pointers
+    # differently, so a misaligned view must never reuse an aligned tensor's binary.
+    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+            q.device, k.device, v.device, q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, causal, config,
+            None if out is None else (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() % 16),
+            None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() % 16))
+
+
+def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse) -> LaunchPlan:
+    """Check every input as a first call must, then make the plan (``config`` None: an autotuner picks)."""
+    _check_inputs(q, k, v, causal)
+    launch = {}
+    if config is not None:
+        block_m, block_n, num_warps, num_stages = config
+        if None in config:  # only untuned calls ask the device for defaults
+            defaults = default_config(q.shape[-1], causal)
+            block_m = defaults["block_m"] if block_m is None else block_m
+            block_n = defaults["block_n"] if block_n is None else block_n
+            num_warps = defaults["num_warps"] if num_warps is None else num_warps
+            num_stages = defaults["num_stages"] if num_stages is None else num_stages
+        _check_config(block_m, block_n, num_warps, num_stages)
+        launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+    if out is not None:
+        _check_output(out, "out", q.shape, q.dtype, q.device)
+        if out.stride(-1) != 1:
+            raise ValueError(f"out needs a unit last stride; got strides {tuple(out.stride())}")
+    if lse is not None:
+        _check_output(lse, "lse", q.shape[:-1], torch.float32, q.device)
+        if not lse.is_contiguous():
+            raise ValueError(f"lse must be contiguous; got strides {tuple(lse.stride())}")
+    return LaunchPlan(kernel, launch, q, k, v, causal, out, lse)
+
+
+def plan_for(kernel, config: tuple | None, q, k, v, causal=False, out=None, lse=None) -> LaunchPlan:
+    """The cached plan for this call, made (and every input checked) on first sight."""
+    try:
+        key = (kernel, *_plan_key(q, k, v, causal, config, out, lse))
+        plan = _PLANS.get(key)
+    except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
+        key = plan = None
+    if plan is None:
+        plan = _checked_plan(kernel, config, q, k, v, causal, out, lse)
+        if key is not None:
+            if len(_PLANS) >= _PLAN_LIMIT:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    return plan
 
 
 def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,
                    block_m: int | None = None, block_n: int | None = None,
                    num_warps: int | None = None, num_stages: int | None = None,
-                   out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
-                   _return_compiled: bool = False):
+                   out: torch.Tensor | None = None, lse: torch.Tensor | None = None):
     """FlashAttention-2 forward.
 
     Args:
         q: [B, H, N_q, D] or [B, N_q, D], float32/float16/bfloat16.
         k: [B, H, N_k, D] or [B, N_k, D], same dtype and device as ``q``.
-        v: same shape as ``k``.
-        causal: mask key j for query i unless j <= i (top-left aligned).
+        v: same shape as ``k`` (its strides may differ).
+        causal: True or False; True masks key j for query i unless j <= i (top-left aligned).
         block_m, block_n: query and key tile sizes, powers of two >= 16.
         num_warps, num_stages: Triton launch options. Unset values come from
             :func:`default_config`.
@@ -339,52 +470,15 @@ def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     Returns:
         ``(out, lse)``: ``out`` like ``q``; ``lse`` fp32 [B, H, N_q] (or [B, N_q]),
         the natural-log logsumexp of each row of scaled scores.
+
+    Raises:
+        TypeError, ValueError: a bad input or config; the message names it.
     """
-    _check_inputs(q, k, v)
-    if None in (block_m, block_n, num_warps, num_stages):  # a tuned call skips the device query
-        defaults = default_config(q.shape[-1], causal)
-        block_m = defaults["block_m"] if block_m is None else block_m
-        block_n = defaults["block_n"] if block_n is None else block_n
-        num_warps = defaults["num_warps"] if num_warps is None else num_warps
-        num_stages = defaults["num_stages"] if num_stages is None else num_stages
-    _check_config(block_m, block_n, num_warps, num_stages)
-    launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
-    return _launch(_flash_fwd_kernel, q, k, v, causal, launch, out, lse, _return_compiled)
+    plan = plan_for(_flash_fwd_kernel, (block_m, block_n, num_warps, num_stages), q, k, v, causal, out, lse)
+    return plan(q, k, v, out, lse)
 
 
-def _launch(kernel, q, k, v, causal, launch: dict, out, lse, return_compiled: bool = False):
-    """Run ``kernel`` (the JIT function, or an autotuner over it) on checked inputs.
-
-    ``launch`` holds BLOCK_M, BLOCK_N, num_warps and num_stages, or nothing when an
-    autotuner supplies them; the grid reads BLOCK_M from whichever config runs.
-    """
-    three_d = q.ndim == 3
-    q4, k4, v4 = (t.unsqueeze(1) if three_d else t for t in (q, k, v))   # [B, H, N, D]
-    q4, k4, v4 = (t if t.stride(-1) == 1 else t.contiguous() for t in (q4, k4, v4))
-    batch, heads, n_q, head_dim = q4.shape
-    n_k = k4.shape[2]
-    out = _output(out, "out", q.shape, q.dtype, q.device, lambda: torch.empty(q.shape, device=q.device, dtype=q.dtype))
-    lse = _output(lse, "lse", q.shape[:-1], torch.float32, q.device, lambda: torch.empty(q.shape[:-1], device=q.device, dtype=torch.float32))
-    if three_d:
-        out, lse = out.unsqueeze(1), lse.unsqueeze(1)                   # [B, 1, N_q, D], [B, 1, N_q]
-    if out.stride(-1) != 1 or not lse.is_contiguous():
-        raise ValueError("out needs a unit last stride and lse must be contiguous")
-
-    shape = LaunchShape(batch, heads, n_q, n_k, head_dim,
-                        tuple(q4.stride()[:3]), tuple(k4.stride()[:3]), tuple(v4.stride()[:3]),
-                        tuple(out.stride()[:3]))
-    compiled = None
-    if batch * heads * n_q > 0:
-        def grid(meta):
-            return (triton.cdiv(n_q, meta["BLOCK_M"]), batch * heads)
-
-        args = [value for _, value in kernel_arguments((q4, k4, v4, out, lse), shape, causal)]
-        compiled = kernel[grid](*args, HEAD_DIM=head_dim, CAUSAL=bool(causal), **launch, **COMPILE_OPTIONS)
-    if three_d:
-        out, lse = out.squeeze(1), lse.squeeze(1)
-    if return_compiled:
-        return out, lse, compiled
-    return out, lse
+# ------------------------------------------------------------------------------ autograd
 
 
 class FlashAttention(torch.autograd.Function):

@@ -1,41 +1,70 @@
 #!/usr/bin/env bash
-# GPU work on the device machine: GPU tests, sweeps, benchmarks. Writes logs under $OUT.
-# Usage (device tool, repo root, carry .whl): bash scripts/device_run.sh [stage ...]
-# Caches and the database live under .cache/ and studies/ (git-ignored), so a warm
-# machine keeps them from one call to the next.
+# GPU work on the lent H200, through the device tool (repo root, carry .whl).
+#
+#   bash scripts/device_run.sh start STAGE...   # run the stages in the background, wait up to WAIT s, pack
+#   bash scripts/device_run.sh wait             # a later call: wait up to WAIT s more, pack
+#   bash scripts/device_run.sh run STAGE...     # run the stages in the foreground
+#
+# A machine stays warm 30 s after a call, so long work runs in the background (setsid) and
+# later calls wait on it. Work files live in .cache/device (git-ignored, kept while the
+# machine is warm); every call packs them into $OUT/results.tgz, so a lost machine loses
+# only what it had not packed yet.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
+W=$PWD/.cache/device; mkdir -p "$W"
+if ls .whl/*.whl >/dev/null 2>&1 && [ ! -f "$W/.installed" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && touch "$W/.installed"
 fi
-export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.cache/triton FA2_TUNER_CACHE=$PWD/.cache/fa2-tuner
-DB=studies/h200.db
-stages=${*:-gputests}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv | tee "$OUT/env.txt"
-python3 -c "import torch, triton, optuna; print('torch', torch.__version__, 'triton', triton.__version__, 'optuna', optuna.__version__)" | tee -a "$OUT/env.txt"
-sweep() { python3 -m tuner.sweep --gpu sm_90 --storage "sqlite:///$DB" --no-outputs "$@"; }
-for stage in $stages; do
-  echo "== $stage $(date +%T)"
-  case $stage in
-    gputests)
-      timeout ${TESTS_LIMIT:-200} python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_sweep.py tests/test_kernel.py 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|error|Error|best config|% flash|B2 H4"
-      python3 -m pytest -q -p no:cacheprovider tests/test_outputs.py -k autotuned 2>&1 | tee "$OUT/gpu_tests_outputs.log" | tail -3 ;;
-    kill9)  # the article grid, killed with SIGKILL after KILL_AFTER seconds
-      setsid python3 -m tuner.sweep --gpu sm_90 --storage "sqlite:///$DB" --no-outputs --study article --sampler grid \
-        > "$OUT/article_run1.log" 2>&1 & pid=$!
-      sleep "${KILL_AFTER:-150}"; kill -9 -- -"$pid"; sleep 2
-      python3 scripts/store_report.py "$DB" article | tee "$OUT/after_kill.txt" ;;
-    article) sweep --study article --sampler grid 2>&1 | tee "$OUT/article_run2.log" | grep -v "^\[" ;
-      python3 scripts/store_report.py "$DB" article | tee "$OUT/article_report.txt" ;;
-    hd128) timeout "${HD128_LIMIT:-330}" python3 -m tuner.sweep --gpu sm_90 --storage "sqlite:///$DB" --no-outputs --study head_dim_128 --sampler grid 2>&1 | tee "$OUT/hd128.log" | grep -v "^\[" ;;
-    verify) python3 -m tuner.emit --study article --gpu sm_90 --storage "sqlite:///$DB" --out "$OUT/emitted.py" --verify "$OUT/verify.md" > "$OUT/emit.log" 2>&1; echo "verify rc=$?"; cat "$OUT/verify.md" ;;
-    stability) python3 -m tuner.bench_search stability --storage "sqlite:///$DB" --study article --gpu sm_90 --markdown "$OUT/stability.md" 2>&1 | tail -15 ;;
-    race) timeout ${RACE_LIMIT:-300} python3 -m tuner.bench_search speed --markdown "$OUT/race.md" 2>&1 | tail -20 ;;
-    copydb) python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" "$DB" "$OUT/$(basename $DB)" ;;
-    bench) python3 -m kernel.bench --pick --json "$OUT/bench.json" --markdown "$OUT/bench.md" 2>&1 | tail -40 ;;
-    *) echo "unknown stage $stage" ;;
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$W/triton FA2_TUNER_CACHE=$W/fa2-tuner
+sweep() { python3 -m tuner.sweep --study article "$@"; }
+
+stage() {
+  echo "== $1 $(date +%T)"
+  case $1 in
+    env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv
+         python3 -c "import torch, triton, optuna, sqlalchemy, plotly; print('torch', torch.__version__, 'triton', triton.__version__, 'optuna', optuna.__version__, 'sqlalchemy', sqlalchemy.__version__, 'plotly', plotly.__version__)";;
+    gputests) timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -s tests/test_kernel.py tests/test_timing.py \
+                tests/test_sweep.py tests/test_emit.py tests/test_budget.py -k "not verdicts_hold" > "$W/gputests.log" 2>&1
+              grep -E "passed|failed|error|graph .* do_bench|host µs" "$W/gputests.log" | tail -8;;
+    host) python3 -m tuner.bench_timing host --markdown "$W/host.md" 2>&1 | tail -12;;
+    bench) python3 -m kernel.bench --head-dim 64 --head-dim 128 --n 512 --n 4096 --markdown "$W/bench.md" \
+             --json "$W/bench.json" 2>&1 | grep -v "^|" ;;
+    grid1|grid2) sweep --gpu sm_90 --sampler grid --storage "sqlite:///$W/$1.db" --out "$W/$1" > "$W/$1.log" 2>&1
+                 grep -vE "^\[|^compiling" "$W/$1.log" | tail -40;;
+    tpe) sweep --gpu sm_89 --storage "sqlite:///$W/tpe.db" --out "$W/tpe" > "$W/tpe.log" 2>&1
+         grep -vE "^\[|^compiling" "$W/tpe.log" | tail -30;;
+    bars) python3 -m tuner.bench_timing grids --storage "sqlite:///$W/grid1.db" --storage "sqlite:///$W/grid2.db" \
+            --markdown "$W/grids.md" 2>&1 | tail -14
+          python3 -m tuner.bench_search stability --storage "sqlite:///$W/grid1.db" --study article --gpu sm_90 \
+            --markdown "$W/stability.md" 2>&1 | tail -10
+          python3 -m tuner.bench_timing tpe --storage "sqlite:///$W/tpe.db" --grid "sqlite:///$W/grid1.db" \
+            --markdown "$W/tpe.md" 2>&1 | tail -14;;
+    emit) python3 -m tuner.emit --study article --gpu sm_90 --storage "sqlite:///$W/grid1.db" \
+            --out "$W/configs_h200.py" --verify "$W/verify.md" > "$W/emit.log" 2>&1; echo "emit rc=$?"; tail -12 "$W/verify.md";;
+    dash) python3 -m tuner.dashboard --storage "sqlite:///$W/grid1.db" --out "$W/dash" --plotlyjs cdn 2>&1 | tail -2;;
+    *) echo "unknown stage $1";;
   esac
-done
+}
+
+pack() {
+  (cd "$W" && tar czf "$OUT/results.tgz" --exclude=triton --exclude=fa2-tuner --exclude=.installed \
+     --exclude='*/plotly.min.js' . 2>/dev/null)
+  ls -la "$OUT"
+}
+
+wait_for() {
+  local limit=${WAIT:-540} started=$SECONDS
+  while [ -f "$W/running" ] && [ $((SECONDS - started)) -lt "$limit" ]; do sleep 5; done
+  [ -f "$W/running" ] && echo "still running after ${limit} s" || echo "all stages done"
+  tail -c 9000 "$W/run.log"
+  pack
+}
+
+case ${1:-run} in
+  start) shift; rm -f "$W/run.log"; touch "$W/running"
+         setsid bash -c "for s in $*; do bash '$0' run \$s; done >> '$W/run.log' 2>&1; rm -f '$W/running'" &
+         wait_for;;
+  wait) wait_for;;
+  run) shift; for s in "$@"; do stage "$s"; done;;
+esac

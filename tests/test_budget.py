@@ -6,9 +6,12 @@ import pytest
 import torch
 
 from tuner import budget
-from tuner.budget import Problem
+from tuner.budget import CompileInfo
+from tuner.budget.__main__ import main as budget_main
 from tuner.gpus import GpuSpec, valid_names
+from tuner.problem import Problem
 from tuner.space import Config, SearchSpace, restriction
+from tuner.status import Status
 
 SM89, SM90 = GpuSpec.from_name("sm_89"), GpuSpec.from_name("sm_90")
 
@@ -20,13 +23,9 @@ def test_gpu_lookup_by_target_card_and_alias():
     assert GpuSpec.from_name("RTX-4090").sm_count == 128
     assert GpuSpec.from_name("h200").mem_bandwidth_gbs == 4800.0
     assert GpuSpec.from_name("a100").name == "sm_80"
-    for spec in budget_targets():
-        assert spec.regs_per_sm == 65536 and spec.smem_per_sm - spec.smem_per_block_optin == 1024
-
-
-def budget_targets():
-    from tuner.gpus import targets
-    return targets()
+    # the opt-in limits CCCL gives per architecture (design notes), byte for byte
+    assert {s.name: s.smem_per_block_optin for s in __import__("tuner.gpus").gpus.targets()} == {
+        "sm_80": 166912, "sm_86": 101376, "sm_89": 101376, "sm_90": 232448, "sm_100": 232448, "sm_120": 101376}
 
 
 def test_unknown_gpu_lists_valid_names():
@@ -41,6 +40,48 @@ def test_restrictions_are_pure_and_explain():
     assert restriction(Config(128, 64, 8, 3), 64) is None
     assert restriction(Config(256, 256, 1, 1), 64).startswith("registers")
     assert restriction(Config(16, 16, 16, 1), 64).startswith("warps")
+    assert restriction(Config(256, 256, 64, 1), 64).startswith("threads: 64 warps are 2048 threads")
+    assert restriction(Config(256, 256, 32, 1), 64) is None          # 1024 threads: the most a block holds
+
+
+# ----------------------------------------------------------- verdicts at their boundaries
+
+LIMIT = 101376          # sm_89's opt-in shared memory per block
+
+
+@pytest.mark.parametrize("config, info, expected, fragment", [
+    (Config(64, 64, 4, 2), CompileInfo(shared_bytes=LIMIT - 1, registers=128), Status.FITS, "101375 B <= 101376"),
+    (Config(64, 64, 4, 2), CompileInfo(shared_bytes=LIMIT, registers=128), Status.FITS, "101376 B <= 101376"),
+    (Config(64, 64, 4, 2), CompileInfo(shared_bytes=LIMIT + 1, registers=128), Status.OVER_SMEM,
+     "needs 101377 B > 101376 B"),
+    (Config(64, 64, 4, 2), CompileInfo(shared_bytes=LIMIT - 1024, static_shared_bytes=1024, registers=128),
+     Status.FITS, "100352 B <= 100352"),
+    (Config(64, 64, 4, 2), CompileInfo(shared_bytes=LIMIT - 1023, static_shared_bytes=1024, registers=128),
+     Status.OVER_SMEM, "needs 100353 B > 100352 B"),
+    (Config(128, 64, 16, 2), CompileInfo(shared_bytes=1024, registers=128), Status.FITS, "128 registers"),
+    (Config(128, 64, 16, 2), CompileInfo(shared_bytes=1024, registers=129), Status.OVER_REGISTERS,
+     "129 registers x 512 threads = 66048 > 65536"),
+    (Config(64, 64, 4, 2), CompileInfo(shared_bytes=1024, registers=255, spill_bytes=8), Status.SPILLS,
+     "spills 8 B"),
+    (Config(64, 64, 4, 2), CompileInfo(error="PTXASError: Insufficient registers"), Status.COMPILE_ERROR,
+     "Insufficient registers"),
+    (Config(256, 256, 64, 1), None, Status.INVALID, "threads"),
+    (Config(256, 256, 1, 1), None, Status.OVER_REGISTERS, "registers: S and O"),
+    (Config(16, 16, 16, 1), None, Status.INVALID, "warps"),
+])
+def test_verdict_boundaries(config, info, expected, fragment):
+    result = budget.verdict(config, Problem(head_dim=64), SM89, info)
+    assert result.verdict == expected and fragment in result.reason, result
+    assert result.launchable is (expected in (Status.FITS, Status.SPILLS))
+
+
+def test_the_model_alone_rejects_one_byte_over():
+    """A config whose model bytes are exactly the limit fits; the model is tested at the limit too."""
+    problem = Problem(head_dim=128)
+    fits = budget.verdict(Config(128, 64, 8, 3), problem, SM89, None)       # 98304 B
+    over = budget.verdict(Config(128, 64, 8, 4), problem, SM89, None)       # 131072 B
+    assert fits.verdict == Status.FITS and fits.model_bytes == 98304
+    assert over.verdict == Status.OVER_SMEM and "model needs 131072 B > 101376 B" in over.reason
 
 
 def test_config_parse():
@@ -54,7 +95,7 @@ def test_over_budget_on_sm89_with_the_right_numbers():
     """128x64 tiles at D=128 with 4 stages: 3 x (K+V) + Q = 131072 B > 101376 B."""
     problem = Problem(head_dim=128)
     result = budget.check(Config(128, 64, 8, 4), problem, SM89)
-    assert result.verdict == budget.OVER_SMEM
+    assert result.verdict == Status.OVER_SMEM
     assert result.compiled_bytes == 131072 == result.model_bytes
     assert result.limit_bytes == 101376 - 0
     assert "needs 131072 B > 101376 B on sm_89" in result.reason
@@ -65,7 +106,7 @@ def test_fits_sm90_but_not_sm89():
     config = Config(128, 128, 8, 3)
     on_89 = budget.check(config, problem, SM89)
     on_90 = budget.check(config, problem, SM90)
-    assert on_89.verdict == budget.OVER_SMEM and on_89.compiled_bytes > SM89.smem_per_block_optin
+    assert on_89.verdict == Status.OVER_SMEM and on_89.compiled_bytes > SM89.smem_per_block_optin
     assert on_90.launchable, on_90.reason
     assert on_90.compiled_bytes <= on_90.limit_bytes < SM90.smem_per_block_optin + 1
     assert on_90.registers and on_90.registers <= 255
@@ -107,15 +148,21 @@ def _assert_model_matches(gpu, configs, head_dim):
 
 
 def test_cli_bad_gpu_exits_2(capsys):
-    assert budget.main(["--gpu", "gtx480"]) == 2
+    assert budget_main(["--gpu", "gtx480"]) == 2
     err = capsys.readouterr().err
     assert "--gpu" in err and "sm_89" in err
 
 
 def test_cli_single_config_json(capsys):
-    assert budget.main(["--gpu", "sm_89", "--head-dim", "128", "--config", "128,64,8,4", "--json"]) == 0
+    assert budget_main(["--gpu", "sm_89", "--head-dim", "128", "--config", "128,64,8,4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["fits"] == 0 and out["results"][0]["verdict"] == "over_smem"
+
+
+def test_cli_names_too_many_threads_not_registers(capsys):
+    assert budget_main(["--gpu", "sm_89", "--config", "256,256,64,1", "--model-only"]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if "256x256_w64_s1" in ln][0]
+    assert "invalid: threads: 64 warps are 2048 threads per block > 1024" in line
 
 
 # ------------------------------------------------------------------------------- GPU only
@@ -130,8 +177,10 @@ def test_launcher_and_cross_compiler_specialise_alike():
     for config in (Config(128, 64, 8, 3), Config(64, 32, 4, 2), Config(16, 16, 1, 1)):
         problem = Problem(batch=2, heads=8, n_q=1024, n_k=1024, head_dim=64)
         q, k, v = (torch.randn(2, 8, 1024, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        _, _, compiled = kernel.flash_attn_fwd(q, k, v, **config.as_kwargs(), _return_compiled=True)
-        info = budget.compile_config(config, problem, gpu.capability)
+        kernel.flash_attn_fwd(q, k, v, **config.as_kwargs())
+        compiled = kernel.plan_for(kernel.flash_fwd._flash_fwd_kernel, tuple(config.as_kwargs().values()),
+                                   q, k, v).compiled
+        info = budget.compile_config(budget.CompileTask(config, problem, gpu.capability))
         assert compiled.metadata.shared == info.shared_bytes
         assert compiled.n_regs == info.registers
 
@@ -140,13 +189,14 @@ def test_launcher_and_cross_compiler_specialise_alike():
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_verdicts_hold_on_the_device(head_dim):
     """Every config judged launchable launches; every one judged over shared memory fails."""
-    import kernel
     from triton.runtime.errors import OutOfResources
+
+    import kernel
 
     gpu = GpuSpec.from_name("auto")
     problem = Problem(batch=1, heads=2, n_q=512, n_k=512, head_dim=head_dim)
     results = budget.check_many(SearchSpace().all_configs(), problem, gpu,
-                                progress=lambda done, total: done % 50 == 0 and print(f"compiled {done}/{total}", flush=True))
+                                progress=lambda done, total: done % 50 == 0 and print(f"compiled {done}/{total}"))
     q, k, v = (torch.randn(1, 2, 512, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     counts = {"launched": 0, "over_smem_failed": 0}
     for r in results:
@@ -155,13 +205,13 @@ def test_verdicts_hold_on_the_device(head_dim):
             torch.cuda.synchronize()
             assert not torch.isnan(out).any(), r.config.key
             counts["launched"] += 1
-        elif r.verdict == budget.OVER_SMEM:
+        elif r.verdict == Status.OVER_SMEM:
             with pytest.raises((OutOfResources, RuntimeError)):
                 kernel.flash_attn_fwd(q, k, v, **r.config.as_kwargs())
                 torch.cuda.synchronize()
             counts["over_smem_failed"] += 1
     by_verdict = {}
     for r in results:
-        by_verdict[r.verdict] = by_verdict.get(r.verdict, 0) + 1
+        by_verdict[str(r.verdict)] = by_verdict.get(str(r.verdict), 0) + 1
     print(f"\n{gpu.name} D={head_dim}: {by_verdict}; {counts}")
     assert counts["launched"] == sum(r.launchable for r in results)

@@ -1,4 +1,4 @@
-"""The Triton FA2 forward against a float32 reference.
+"""The Triton FA2 forward against a float32/float64 reference, its input checks and launch plans.
 
 On a machine without CUDA these run in Triton's interpreter (fp32 and fp16); bf16 and
 the large shapes are marked ``gpu`` (the interpreter's bf16 dot multiplies raw bits).
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import kernel
-from helpers import assert_matches_reference, fresh_inputs, nan_outputs, rel_err
+from kernel.flash_fwd import _PLANS, _flash_fwd_kernel, plan_for
+from kernel.reference import rel_err
 
 FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
 GPU_ONLY = pytest.mark.gpu
@@ -19,14 +20,16 @@ ARTICLE_SHAPES = [(4, 128, 128, 64), (2, 1024, 1024, 64), (2, 100, 100, 64), (1,
 
 
 def _run(q, k, v, causal, **config):
-    out, lse = nan_outputs(q)
+    """The kernel into NaN-filled outputs, so an element it does not write fails the check."""
+    out = torch.full(q.shape, float("nan"), device=q.device, dtype=q.dtype)
+    lse = torch.full(q.shape[:-1], float("nan"), device=q.device, dtype=torch.float32)
     return kernel.flash_attn_fwd(q, k, v, causal, out=out, lse=lse, **config)
 
 
 @pytest.mark.parametrize("dtype", [FP32, pytest.param(BF16, marks=GPU_ONLY)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("B,Nq,Nk,D", ARTICLE_SHAPES)
-def test_article_cases(B, Nq, Nk, D, causal, dtype, device):
+def test_article_cases(B, Nq, Nk, D, causal, dtype, device, fresh_inputs, assert_matches_reference):
     if causal and Nq != Nk:
         pytest.skip("the article keeps causal cases square (non-square causal is tested below)")
     q, k, v, seed = fresh_inputs((B, Nq, D), (B, Nk, D), dtype, device)
@@ -46,7 +49,8 @@ TILES = [(16, 16, 1, 1), (32, 64, 2, 2), (64, 32, 4, 3), (128, 64, 8, 3)]
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("B,H,Nq,Nk,D", MORE_SHAPES)
-def test_ragged_nonsquare_tiles(B, H, Nq, Nk, D, tile, causal, dtype, device):
+def test_ragged_nonsquare_tiles(B, H, Nq, Nk, D, tile, causal, dtype, device, fresh_inputs,
+                               assert_matches_reference):
     q, k, v, seed = fresh_inputs((B, H, Nq, D), (B, H, Nk, D), dtype, device)
     bm, bn, warps, stages = tile
     out, lse = _run(q, k, v, causal, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
@@ -55,14 +59,14 @@ def test_ragged_nonsquare_tiles(B, H, Nq, Nk, D, tile, causal, dtype, device):
 
 @pytest.mark.parametrize("dtype", [FP32, FP16])
 @pytest.mark.parametrize("D", kernel.HEAD_DIMS)
-def test_every_head_dim(D, dtype, device):
+def test_every_head_dim(D, dtype, device, fresh_inputs, assert_matches_reference):
     q, k, v, seed = fresh_inputs((1, 2, 70, D), (1, 2, 90, D), dtype, device)
     for causal in (False, True):
         out, lse = _run(q, k, v, causal, block_m=32, block_n=32, num_warps=4, num_stages=2)
         assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"D={D} causal={causal}")
 
 
-def test_strided_inputs(device):
+def test_strided_inputs(device, fresh_inputs, assert_matches_reference):
     """A [B, N, H, D] tensor viewed as [B, H, N, D] has non-contiguous strides."""
     q, k, v, seed = fresh_inputs((2, 50, 3, 32), (2, 70, 3, 32), FP32, device)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
@@ -70,7 +74,7 @@ def test_strided_inputs(device):
     assert_matches_reference(out, lse, q, k, v, True, seed)
 
 
-def test_no_keys_gives_zero_and_minus_inf(device):
+def test_no_keys_gives_zero_and_minus_inf(device, fresh_inputs):
     q, k, v, _ = fresh_inputs((1, 2, 40, 16), (1, 2, 0, 16), FP32, device)
     for causal in (False, True):
         out, lse = _run(q, k, v, causal, block_m=16, block_n=16)
@@ -78,7 +82,7 @@ def test_no_keys_gives_zero_and_minus_inf(device):
         assert torch.isneginf(lse).all()
 
 
-def test_default_config_and_autograd(device):
+def test_default_config_and_autograd(device, fresh_inputs):
     q, k, v, seed = fresh_inputs((1, 2, 100, 64), (1, 2, 100, 64), FP32, device)
     q.requires_grad_(True)
     out = kernel.flash_attention(q, k, v, True)
@@ -88,7 +92,7 @@ def test_default_config_and_autograd(device):
         out.sum().backward()
 
 
-def test_tiled_reference_matches_sdpa(device):
+def test_tiled_reference_matches_sdpa(device, fresh_inputs):
     for (Nq, Nk, causal, tq, tk) in [(100, 100, False, 16, 16), (100, 100, True, 16, 32),
                                      (37, 53, False, 16, 16), (53, 37, True, 32, 16), (1, 5, True, 16, 16)]:
         q, k, v, seed = fresh_inputs((2, 3, Nq, 32), (2, 3, Nk, 32), FP32, device)
@@ -107,6 +111,8 @@ def test_tiled_reference_matches_sdpa(device):
     (lambda q: (q[..., :48], q[..., :48], q[..., :48]), "head dim 48 is not supported"),
     (lambda q: (q.double(), q.double(), q.double()), "float64"),
     (lambda q: (q.tolist(), q, q), "must be a torch.Tensor"),
+    (lambda q: (q, q.to(torch.float16), q.to(torch.float16)), "share a dtype"),
+    (lambda q: (q[:, :, :, :32], q[:, :, :, :16], q[:, :, :, :16]), "share the head dim"),
 ])
 def test_bad_inputs_name_the_value(bad, message, device):
     q = torch.randn(2, 2, 8, 64, device=device)
@@ -117,6 +123,8 @@ def test_bad_inputs_name_the_value(bad, message, device):
 @pytest.mark.parametrize("config, message", [
     (dict(block_m=24), "block_m=24"), (dict(block_n=8), "block_n=8"),
     (dict(num_warps=3), "num_warps=3"), (dict(num_stages=0), "num_stages=0"),
+    (dict(num_warps=64), "num_warps=64"), (dict(num_stages=True), "num_stages=True"),
+    (dict(block_m=64.0), "block_m=64.0"),
 ])
 def test_bad_config_names_the_value(config, message, device):
     q = torch.randn(1, 1, 8, 16, device=device)
@@ -131,6 +139,119 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
         kernel.flash_attn_fwd(q, q, q)
 
 
+def test_k_and_v_with_different_strides(device, fresh_inputs, assert_matches_reference):
+    """V read from a [B, N, H, D] layout, K contiguous: a kernel that reads V with K's strides fails."""
+    for causal in (False, True):
+        q, k, _, seed = fresh_inputs((1, 3, 45, 32), (1, 3, 70, 32), torch.float32, device)
+        v = torch.randn(1, 70, 3, 32, device=device).transpose(1, 2)
+        assert k.stride() != v.stride()
+        out, lse = _run(q, k, v, causal, block_m=16, block_n=32)
+        assert_matches_reference(out, lse, q, k, v, causal, seed, label="strided v")
+
+
+def test_last_key_tile_with_one_valid_key(device, fresh_inputs, assert_matches_reference):
+    """N_k = 2 x BLOCK_N + 1 and N_q = 2 x BLOCK_M + 1: an off-by-one in either mask shows."""
+    for causal in (False, True):
+        q, k, v, seed = fresh_inputs((1, 2, 65, 16), (1, 2, 65, 16), torch.float32, device)
+        out, lse = _run(q, k, v, causal, block_m=32, block_n=32)
+        assert_matches_reference(out, lse, q, k, v, causal, seed, label="one valid key")
+
+
+def test_nan_in_q_or_k_gives_nan_lse_never_minus_inf(device, fresh_inputs):
+    """-inf means "no valid key"; a NaN input must not pose as that."""
+    for poisoned in ("q", "k"):
+        q, k, v, _ = fresh_inputs((1, 1, 20, 16), (1, 1, 20, 16), torch.float32, device)
+        {"q": q, "k": k}[poisoned][0, 0, 3, 5] = float("nan")
+        out, lse = _run(q, k, v, False, block_m=16, block_n=16)
+        assert not torch.isneginf(lse).any(), poisoned
+        assert torch.isnan(lse).any() and torch.isnan(out).any(), poisoned
+
+
+@pytest.mark.skipif(not kernel.interpreting(), reason="checks the interpreter's refusal")
+def test_bf16_under_the_interpreter_is_refused():
+    q = torch.randn(1, 1, 16, 16, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="bfloat16 does not work under TRITON_INTERPRET=1"):
+        kernel.flash_attn_fwd(q, q, q)
+
+
+@pytest.mark.parametrize("causal", ["no", 1, None, torch.tensor(True)], ids=repr)
+def test_causal_must_be_a_bool(causal, device):
+    q = torch.randn(1, 1, 16, 16, device=device)
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        kernel.flash_attn_fwd(q, q, q, causal)
+
+
+def test_bad_outputs_name_the_value(device):
+    q = torch.randn(1, 2, 16, 16, device=device)
+    with pytest.raises(ValueError, match="out must be"):
+        kernel.flash_attn_fwd(q, q, q, out=torch.empty(1, 2, 16, 32, device=device))
+    with pytest.raises(ValueError, match="lse must be"):
+        kernel.flash_attn_fwd(q, q, q, lse=torch.empty(1, 2, 16, device=device, dtype=torch.float16))
+    with pytest.raises(ValueError, match="lse must be contiguous"):
+        kernel.flash_attn_fwd(q, q, q, lse=torch.empty(1, 16, 2, device=device).transpose(1, 2))
+
+
+# ---------------------------------------------------------------------------- launch plans
+
+
+def _plan(q, k, v, causal=False, config=(32, 32, 4, 2), out=None, lse=None):
+    return plan_for(_flash_fwd_kernel, config, q, k, v, causal, out, lse)
+
+
+def test_a_repeated_call_reuses_its_plan_and_any_change_makes_another(device):
+    q = torch.randn(1, 2, 40, 16, device=device)
+    first = _plan(q, q, q)
+    assert _plan(torch.randn_like(q), torch.randn_like(q), torch.randn_like(q)) is first   # same layout
+    others = [
+        _plan(q, q, q, causal=True),
+        _plan(q, q, q, config=(16, 32, 4, 2)),
+        _plan(q, q, q, config=(32, 32, 4, 3)),
+        _plan(q.half(), q.half(), q.half()),
+        _plan(q.transpose(2, 3).contiguous().transpose(2, 3), q, q),       # other strides
+        _plan(q[:, :, 1:], q[:, :, 1:], q[:, :, 1:]),                       # other length and alignment
+        _plan(q, q, q, out=torch.empty_like(q)),
+    ]
+    assert len({id(p) for p in others + [first]}) == len(others) + 1
+
+
+def test_a_misaligned_view_gets_its_own_plan(device):
+    """The JIT compiles 16-byte aligned pointers differently; a view 4 bytes in must not share."""
+    base = torch.randn(2 * 40 * 16 + 1, device=device)
+    aligned = base[:2 * 40 * 16].view(1, 2, 40, 16)
+    shifted = base[1:].view(1, 2, 40, 16)
+    assert aligned.stride() == shifted.stride() and shifted.data_ptr() % 16 != 0
+    assert _plan(aligned, aligned, aligned) is not _plan(shifted, shifted, shifted)
+
+
+def test_plans_give_right_answers_for_non_contiguous_inputs_call_after_call(device, fresh_inputs,
+                                                                            assert_matches_reference):
+    for _ in range(2):          # the second call runs from the cached plan
+        q, k, v, seed = fresh_inputs((2, 50, 3, 32), (2, 70, 3, 32), torch.float32, device)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))                 # [B, H, N, D] views
+        v_rows = v.transpose(2, 3).contiguous().transpose(2, 3)          # a non-unit last stride: copied
+        out, lse = _run(q, k, v_rows, True, block_m=32, block_n=16)
+        assert_matches_reference(out, lse, q, k, v, True, seed, label="plan")
+
+
+def test_a_hit_skips_no_check_that_a_changed_input_needs(device):
+    """A call that differs from a planned one in any checked property is checked again."""
+    q = torch.randn(1, 2, 32, 16, device=device)
+    kernel.flash_attn_fwd(q, q, q, block_m=16, block_n=16)
+    with pytest.raises(TypeError, match="share a dtype"):
+        kernel.flash_attn_fwd(q, q, q.half(), block_m=16, block_n=16)
+    with pytest.raises(ValueError, match="k and v must have the same shape"):
+        kernel.flash_attn_fwd(q, q, q[:, :, :8], block_m=16, block_n=16)
+    assert len(_PLANS) >= 1
+
+
+def test_three_d_inputs_use_one_head(device, fresh_inputs, assert_matches_reference):
+    q, k, v, seed = fresh_inputs((3, 33, 16), (3, 47, 16), torch.float32, device)
+    for _ in range(2):
+        out, lse = _run(q, k, v, True, block_m=16, block_n=16)
+        assert out.shape == q.shape and lse.shape == (3, 33)
+        assert_matches_reference(out, lse, q, k, v, True, seed, label="3-D")
+
+
 # ------------------------------------------------------------------------------- GPU only
 
 LARGE = [(4, 8, 4096, 4096, 64), (4, 8, 4096, 4096, 128), (2, 4, 8192, 8192, 64), (1, 8, 3000, 5000, 128)]
@@ -140,17 +261,39 @@ LARGE = [(4, 8, 4096, 4096, 64), (4, 8, 4096, 4096, 128), (2, 4, 8192, 8192, 64)
 @pytest.mark.parametrize("dtype", [BF16, FP16])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("B,H,Nq,Nk,D", LARGE)
-def test_large_shapes_gpu(B, H, Nq, Nk, D, causal, dtype, device):
+def test_large_shapes_gpu(B, H, Nq, Nk, D, causal, dtype, device, fresh_inputs, assert_matches_reference):
     q, k, v, seed = fresh_inputs((B, H, Nq, D), (B, H, Nk, D), dtype, device)
     out, lse = _run(q, k, v, causal)
     assert_matches_reference(out, lse, q, k, v, causal, seed)
 
 
 @GPU_ONLY
+def test_the_compiled_launch_path_matches_the_jit_path(device, fresh_inputs, assert_matches_reference):
+    """From the second call a plan launches the compiled kernel directly; both calls must agree."""
+    q, k, v, seed = fresh_inputs((2, 4, 1000, 64), (2, 4, 777, 64), BF16, device)
+    first, _ = _run(q, k, v, True, block_m=64, block_n=64, num_warps=4, num_stages=3)
+    plan = _plan(q, k, v, True, (64, 64, 4, 3), out=torch.empty_like(q),
+                 lse=torch.empty(q.shape[:-1], device=device))
+    second, lse = _run(q, k, v, True, block_m=64, block_n=64, num_warps=4, num_stages=3)
+    assert plan.compiled is not None and torch.equal(first, second)
+    assert_matches_reference(second, lse, q, k, v, True, seed)
+
+
+@GPU_ONLY
+def test_the_autotuned_entry_point_launches_its_pick_directly(device, fresh_inputs, assert_matches_reference):
+    from kernel.autotuned import flash_attn_fwd_autotuned as entry
+
+    q, k, v, seed = fresh_inputs((2, 4, 1024, 64), (2, 4, 1024, 64), BF16, device)
+    outs = [entry(q, k, v, False) for _ in range(3)]
+    assert all(torch.equal(outs[0][0], o[0]) for o in outs[1:])
+    assert_matches_reference(*outs[-1], q, k, v, False, seed)
+
+
+@GPU_ONLY
 @pytest.mark.parametrize("tile", [(16, 16, 1, 1), (64, 64, 4, 3), (128, 128, 8, 2), (256, 64, 16, 2), (64, 256, 8, 1)],
                          ids=lambda t: "x".join(map(str, t)))
 @pytest.mark.parametrize("causal", [False, True])
-def test_bf16_tiles_ragged_gpu(tile, causal, device):
+def test_bf16_tiles_ragged_gpu(tile, causal, device, fresh_inputs, assert_matches_reference):
     bm, bn, warps, stages = tile
     for D in (64, 128, 256):
         if D == 256 and bm * bn > 128 * 64:

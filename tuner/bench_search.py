@@ -32,6 +32,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from tuner.cli import usage_error
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -39,13 +41,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 _AUTOTUNE_SCRIPT = textwrap.dedent("""
     import json, sys, time, torch, triton
-    from kernel.autotuned import make_autotuned
+    from kernel.autotuned import AutotunedFlashAttention
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                for m, n, w, s in json.loads(sys.argv[1])]
     shape = json.loads(sys.argv[2])
     q, k, v = (torch.randn(shape["batch"], shape["heads"], shape["n_q"], shape["head_dim"], device="cuda",
                            dtype=torch.bfloat16) for _ in range(3))
-    tuned = make_autotuned(configs, ["N_Q", "N_K", "HEAD_DIM", "CAUSAL"])
+    tuned = AutotunedFlashAttention(configs, ["N_Q", "N_K", "HEAD_DIM", "CAUSAL"])
     torch.cuda.synchronize()
     start = time.perf_counter()
     tuned(q, k, v, shape["causal"])
@@ -57,12 +59,42 @@ _AUTOTUNE_SCRIPT = textwrap.dedent("""
 """)
 
 
+def _race(study_name: str, shape, configs, scratch: str) -> tuple[dict, float, str, int, float]:
+    """Run both contestants from cold caches: (autotune's answer, its wall s, the sweep's best,
+    configs the sweep timed, its wall s). Raises RuntimeError with the failing output."""
+    import sqlite3
+
+    base_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", _AUTOTUNE_SCRIPT,
+                             json.dumps([[c.block_m, c.block_n, c.num_warps, c.num_stages] for c in configs]),
+                             json.dumps(shape.__dict__)], capture_output=True, text=True,
+                            env={**base_env, "TRITON_CACHE_DIR": f"{scratch}/autotune-triton"})
+    autotune_wall = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-3000:])
+    db = f"{scratch}/race.db"
+    started = time.perf_counter()
+    sweep = subprocess.run([sys.executable, "-m", "tuner.sweep", "--gpu", "auto", "--study", study_name,
+                            "--sampler", "grid", "--storage", f"sqlite:///{db}", "--no-outputs", "--finalists", "0"],
+                           env={**base_env, "TRITON_CACHE_DIR": f"{scratch}/sweep-triton",
+                                "FA2_TUNER_CACHE": f"{scratch}/fa2"}, capture_output=True, text=True, cwd=ROOT)
+    sweep_wall = time.perf_counter() - started
+    if sweep.returncode != 0:
+        raise RuntimeError(sweep.stdout[-2000:] + sweep.stderr[-3000:])
+    with sqlite3.connect(db) as con:
+        best = con.execute("select config from fa2_results where status = 'timed' order by ms limit 1").fetchone()[0]
+        timed = con.execute("select count(distinct config) from fa2_results where status = 'timed'").fetchone()[0]
+    return json.loads(result.stdout.strip().splitlines()[-1]), autotune_wall, best, timed, sweep_wall
+
+
 def speed(study_name: str, markdown: Path | None) -> int:
+    """@triton.autotune's first call against the grid sweep, each from a cold cache, then both winners."""
     import torch
 
     from kernel import flash_attn_fwd
-    from kernel.bench import do_bench_median, environment, warm_gpu
-    from tuner import _budget as budget
+    from kernel.timing import environment, environment_line, gpu_time, warm_gpu
+    from tuner import budget
     from tuner.gpus import detect
     from tuner.space import Config
     from tuner.study import load
@@ -77,49 +109,25 @@ def speed(study_name: str, markdown: Path | None) -> int:
     configs = [c for c in study.configs() if budget.verdict(c, shape, gpu, None).launchable]
     env = environment()
     with tempfile.TemporaryDirectory() as scratch:
-        base_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        autotune_env = {**base_env, "TRITON_CACHE_DIR": f"{scratch}/autotune-triton"}
-        started = time.perf_counter()
-        result = subprocess.run([sys.executable, "-c", _AUTOTUNE_SCRIPT,
-                                 json.dumps([[c.block_m, c.block_n, c.num_warps, c.num_stages] for c in configs]),
-                                 json.dumps(shape.__dict__)], env=autotune_env, capture_output=True, text=True)
-        autotune_wall = time.perf_counter() - started
-        if result.returncode != 0:
-            print(result.stderr[-3000:], file=sys.stderr)
+        try:
+            autotune, autotune_wall, sweep_best, timed, sweep_wall = _race(study_name, shape, configs, scratch)
+        except RuntimeError as failure:
+            print(failure, file=sys.stderr)
             return 1
-        autotune = json.loads(result.stdout.strip().splitlines()[-1])
-        sweep_env = {**base_env, "TRITON_CACHE_DIR": f"{scratch}/sweep-triton", "FA2_TUNER_CACHE": f"{scratch}/fa2"}
-        db = f"{scratch}/race.db"
-        started = time.perf_counter()
-        sweep = subprocess.run([sys.executable, "-m", "tuner.sweep", "--gpu", "auto", "--study", study.path,
-                                "--sampler", "grid", "--storage", f"sqlite:///{db}", "--no-outputs"],
-                               env=sweep_env, capture_output=True, text=True, cwd=ROOT)
-        sweep_wall = time.perf_counter() - started
-        if sweep.returncode != 0:
-            print(sweep.stdout[-2000:], sweep.stderr[-3000:], file=sys.stderr)
-            return 1
-        import sqlite3
-
-        with sqlite3.connect(db) as con:
-            sweep_best, sweep_ms = con.execute("select config, ms from fa2_results where status = 'timed' "
-                                               "order by ms limit 1").fetchone()
-            timed = con.execute("select count(*) from fa2_results where status = 'timed'").fetchone()[0]
-    # Both winners, side by side in this process.
-    warm_gpu()
+    warm_gpu()          # both winners, side by side in this process
     q, k, v = (torch.randn(shape.batch, shape.heads, shape.n_q, shape.head_dim, device="cuda",
                            dtype=torch.bfloat16) for _ in range(3))
     picks = {"autotune": Config(*autotune["best"]), "sweep": Config.parse(sweep_best)}
-    side = {name: do_bench_median(lambda c=c: flash_attn_fwd(q, k, v, shape.causal, **c.as_kwargs()), 10, 200)
+    side = {name: gpu_time([lambda c=c: flash_attn_fwd(q, k, v, shape.causal, **c.as_kwargs())], 200).ms
             for name, c in picks.items()}
-    lines = [f"GPU: {env['gpu']}; driver {env['driver']}; torch {env['torch']}; triton {env['triton']}; {env['date']}",
-             f"Command: python -m tuner.bench_search speed --study {study_name}",
+    lines = [environment_line(env), f"Command: python -m tuner.bench_search speed --study {study_name}",
              f"Shape {shape.label}; {len(configs)} configs (the study's, less those the budget model rejects "
              f"on {gpu.name}); cold Triton cache for each.", "",
              "| | wall time (s) | best config | its ms, timed side by side |", "|---|---|---|---|",
              f"| @triton.autotune, first call | {autotune['seconds']:.1f} (process {autotune_wall:.1f}) | "
              f"{picks['autotune'].key} | {side['autotune']:.4f} |",
-             f"| tuner.sweep --sampler grid | {sweep_wall:.1f} (whole command; {timed // len(study.shapes)} timed "
-             f"and checked) | {picks['sweep'].key} | {side['sweep']:.4f} |", "",
+             f"| tuner.sweep --sampler grid | {sweep_wall:.1f} (whole command; {timed} timed and checked) | "
+             f"{picks['sweep'].key} | {side['sweep']:.4f} |", "",
              f"Speed-up of the sweep over autotune: {autotune_wall / sweep_wall:.2f}x (process wall times). "
              f"Winners differ by {100 * abs(side['sweep'] / side['autotune'] - 1):.1f}% when timed together."]
     text = "\n".join(lines)
@@ -160,13 +168,14 @@ def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int
 
 def quality(url: str, study_name: str, target_name: str, shapes: list[str], samplers: list[str], seeds: int,
             markdown: Path | None) -> int:
-    from tuner import store as storage
     from tuner.gpus import GpuSpec
+    from tuner.status import Status
+    from tuner.store import Store
     from tuner.study import load
 
     study = load(study_name)
     target = GpuSpec.from_name(target_name)
-    rows = [r for r in storage.Store(url).results(study.name, target.name) if r.gpu != "none"]
+    rows = [r for r in Store(url, create=False).results(study.name, target.name) if r.gpu != "none"]
     labels = shapes or [s.label for s in study.shapes]
     lines = [f"Replayed against the grid sweep of study {study.name!r} on {target.name} ({rows[0].gpu}; triton "
              f"{rows[0].triton_version}), {len(study.space.all_configs())} configs in the space.",
@@ -177,7 +186,7 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
     for label in labels:
         shape_rows = [r for r in rows if r.shape == label]
         # per-config seconds: the trial's check + time, shared by the study's shapes
-        table = {r.config: (r.pct_flash / 100 if r.status == storage.TIMED and r.pct_flash else 0.0,
+        table = {r.config: (r.pct_flash / 100 if r.status == Status.TIMED and r.pct_flash else 0.0,
                             (r.check_s or 0.0) + (r.time_s or 0.0)) for r in shape_rows}
         valid = sum(1 for value, _ in table.values() if value > 0)
         best = max(value for value, _ in table.values())
@@ -203,91 +212,95 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
 # --------------------------------------------------------------------------- stability
 
 
-def stability_report(times: dict[str, list[float]]) -> tuple[list[str], bool]:
-    """Spread of repeated timings and whether the ranking holds.
-
-    Args:
-        times: config key -> its ms in each round (same number of rounds for all).
-
-    Returns:
-        (markdown lines, ok). ``ok`` is False when the runner-up beat the winner in some
-        round while the two medians differ by more than the noise band, the largest
-        (max - min) / median of any config measured.
-    """
-    medians = {key: statistics.median(ms) for key, ms in times.items()}
-    ranked = sorted(times, key=medians.get)
-    spreads = {key: (max(ms) - min(ms)) / medians[key] for key, ms in times.items()}
-    noise = max(spreads.values())
+def stability_report(verdict) -> list[str]:
+    """Markdown lines for a :class:`tuner.finalists.ShapeVerdict`: each config's spread, and
+    whether the winner is ahead of the runner-up by more than the noise."""
+    rounds = len(verdict.winner.times)
+    wins = {t.config: 0 for t in verdict.ranked}
+    for r in range(rounds):
+        wins[min(verdict.ranked, key=lambda t: t.times[r]).config] += 1
     lines = ["| rank | config | median ms | min | max | spread | rounds won |", "|---|---|---|---|---|---|---|"]
-    rounds = len(next(iter(times.values())))
-    wins = {key: sum(1 for r in range(rounds) if min(times, key=lambda k: times[k][r]) == key) for key in times}
-    for rank, key in enumerate(ranked, start=1):
-        ms = times[key]
-        lines.append(f"| {rank} | {key} | {medians[key]:.4f} | {min(ms):.4f} | {max(ms):.4f} | "
-                     f"{100 * spreads[key]:.1f}% | {wins[key]}/{rounds} |")
-    ok = True
-    if len(ranked) > 1:
-        first, second = ranked[0], ranked[1]
-        gap = medians[second] / medians[first] - 1
-        swaps = sum(1 for r in range(rounds) if times[second][r] < times[first][r])
-        ok = swaps == 0 or gap <= noise
-        lines += ["", f"Noise band (largest spread): {100 * noise:.1f}%. Winner {first} vs runner-up {second}: "
-                      f"medians {100 * gap:.1f}% apart; the runner-up was faster in {swaps} of {rounds} rounds. "
-                      + ("Consistent: no swap, or a swap within the noise band." if ok else
-                         "NOT consistent: they swap by more than the noise band.")]
-    return lines, ok
+    for rank, timing in enumerate(verdict.ranked, start=1):
+        lines.append(f"| {rank} | {timing.config} | {timing.median:.4f} | {min(timing.times):.4f} | "
+                     f"{max(timing.times):.4f} | {100 * timing.spread:.1f}% | {wins[timing.config]}/{rounds} |")
+    spreads = [t.spread for t in verdict.ranked]
+    lines += ["", f"Largest spread {100 * max(spreads):.1f}% (bar 2%); {verdict.sentence()}."]
+    return lines
 
 
 def stability(url: str, study_name: str, target_name: str, shape_label: str | None, top: int, repeats: int,
               markdown: Path | None) -> int:
+    """Re-time a shape's top configs ``repeats`` times in rotating rounds (as the finalists are)."""
     import torch
 
     from kernel import flash_attn_fwd
-    from kernel.bench import do_bench_median, environment, warm_gpu
-    from tuner import store as storage
-    from tuner.gpus import GpuSpec
+    from kernel.timing import environment, environment_line, gpu_time, warm_gpu
+    from tuner.finalists import judge, round_orders
     from tuner.space import Config
+    from tuner.status import Status
+    from tuner.store import Store
     from tuner.study import load
 
     if not torch.cuda.is_available():
         print("stability needs a CUDA GPU", file=sys.stderr)
         return 1
     study = load(study_name)
-    target = GpuSpec.from_name(target_name)
     largest = min(study.shapes, key=lambda s: (s.causal, -s.n_q * s.n_k))     # default: biggest non-causal
     shape = next((s for s in study.shapes if s.label == shape_label), None) if shape_label else largest
     if shape is None:
         print(f"--shape {shape_label!r} is not in study {study.name}: {[s.label for s in study.shapes]}",
               file=sys.stderr)
         return 2
-    rows = [r for r in storage.Store(url).results(study.name, target.name)
-            if r.shape == shape.label and r.status == storage.TIMED]
-    configs = [Config.parse(r.config) for r in sorted(rows, key=lambda r: r.ms)[:top]]
-    dtype = shape.torch_dtype
-    q = torch.randn(shape.batch, shape.heads, shape.n_q, shape.head_dim, device="cuda", dtype=dtype)
-    k, v = (torch.randn(shape.batch, shape.heads, shape.n_k, shape.head_dim, device="cuda", dtype=dtype)
-            for _ in range(2))
-    out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
+    rows = [r for r in Store(url, create=False).results(study.name, target_name)
+            if r.shape == shape.label and r.status == Status.TIMED]
+    keys = [r.config for r in sorted(rows, key=lambda r: r.ms)[:top]]
+    from kernel.bench import make_sets
+
+    sets = make_sets(shape.batch, shape.heads, shape.n_q, shape.head_dim, shape.torch_dtype)
     env = environment()
     warm_gpu()
-    times: dict[str, list[float]] = {c.key: [] for c in configs}
-    for round_index in range(repeats):
-        order = configs[round_index % len(configs):] + configs[:round_index % len(configs)]
-        for config in order:        # rotated, so no config always runs first or last
-            times[config.key].append(do_bench_median(
-                lambda c=config: flash_attn_fwd(q, k, v, shape.causal, **c.as_kwargs(), out=out, lse=lse),
-                study.timing.warmup_ms, study.timing.rep_ms))
-    lines, ok = stability_report(times)
-    header = [f"GPU: {env['gpu']}; driver {env['driver']}; torch {env['torch']}; triton {env['triton']}; {env['date']}",
+    times: dict[str, list[float]] = {key: [] for key in keys}
+    for order in round_orders(keys, repeats):
+        for key in order:
+            kwargs = Config.parse(key).as_kwargs()
+            calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], shape.causal, **kwargs, out=s[3], lse=s[4])
+                     for s in sets]
+            times[key].append(gpu_time(calls, study.timing.rep_ms, study.timing.warmup_ms).ms)
+    verdict = judge(shape.label, times)
+    header = [environment_line(env),
               f"Command: python -m tuner.bench_search stability --study {study_name} --gpu {target_name} "
               f"--shape \"{shape.label}\" --top {top} --repeats {repeats}",
-              f"The top {len(configs)} configs of the store for {shape.label}, each timed {repeats} times "
-              f"(do_bench median, {study.timing.warmup_ms} ms warm-up, {study.timing.rep_ms} ms repeats).", ""]
-    text = "\n".join(header + lines)
+              f"The top {len(keys)} configs of the store for {shape.label}, each timed {repeats} times in rounds "
+              f"whose order rotates (GPU time by CUDA-graph replay, {len(sets)} input sets, "
+              f"{study.timing.rep_ms} ms of replays each).", ""]
+    text = "\n".join(header + stability_report(verdict))
     print(text)
     if markdown:
         markdown.write_text(text + "\n")
-    return 0 if ok else 1
+    return 0 if max(t.spread for t in verdict.ranked) <= 0.02 else 1
+
+
+def _check_args(args) -> str | None:
+    """Every input checked before any work: the first problem as a message, or None."""
+    from tuner.gpus import GpuSpec
+    from tuner.search import SAMPLERS
+    from tuner.store import Store, StoreError
+    from tuner.study import StudyError, load
+
+    try:
+        load(args.study)
+        if args.command != "speed":
+            GpuSpec.from_name(args.gpu)
+            Store(args.storage, create=False)
+    except (StudyError, StoreError, ValueError, RuntimeError) as exc:
+        return str(exc)
+    for name in ("seeds", "top", "repeats"):
+        if getattr(args, name, 1) < 1:
+            return f"--{name} {getattr(args, name)} must be at least 1"
+    unknown = [s for s in getattr(args, "samplers", []) if s not in SAMPLERS]
+    if unknown:
+        return f"--samplers {unknown[0]!r} is not one of {', '.join(SAMPLERS)}"
+    return None
 
 
 def main(argv=None) -> int:
@@ -317,6 +330,9 @@ def main(argv=None) -> int:
     p_stability.add_argument("--repeats", type=int, default=5)
     p_stability.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
+    problem = _check_args(args)
+    if problem:
+        return usage_error(parser, problem)
     if args.command == "stability":
         return stability(args.storage, args.study, args.gpu, args.shape, args.top, args.repeats, args.markdown)
     if args.command == "speed":

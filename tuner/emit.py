@@ -1,63 +1,120 @@
 """``python -m tuner.emit``: the sweep's results as a ``@triton.autotune`` config list.
 
 The file it writes (and prints) holds ``CONFIGS``, a list of ``triton.Config`` to paste
-into the kernel, and ``KEY``, the autotune key. The list has every tuned shape's
-winner, plus the study's best configs overall (``--top``), deduplicated and ranked by
-the study's objective. Each entry carries its measured ms, TFLOP/s, % of SDPA and
-shared memory on the target as comments; every entry is checked against the target's
-budget before it is written. ``kernel/autotuned.py`` shows the list in use.
+into the kernel, and ``KEY``, the autotune key. The list has every shape's winner
+(the finalists' winner where they were re-timed, with the runner-up too when the two are
+within the noise), then the best configs across shapes (``--top``), deduplicated and
+ranked. Each entry carries its measured ms, TFLOP/s, % of SDPA and shared memory on
+the target as comments. Only configs timed on every shape are eligible, and every
+entry is checked against the target's budget before anything is written.
 
 With ``--verify`` (on a GPU) it also checks the list where it matters: for each shape
-of the study, the autotuned kernel against the shape's best config from the store,
-timed side by side in one process.
+of the study, the config the autotuner picks from the list against the shape's best.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuner import _budget as budget
-from tuner import store as storage
+from kernel import AUTOTUNE_KEY
+from tuner import budget, records
+from tuner.cli import pct, usage_error
+from tuner.finalists import ShapeVerdict, judge
 from tuner.gpus import GpuSpec
+from tuner.problem import Problem
 from tuner.space import Config
-from tuner.study import StudyError, load
+from tuner.status import Status
+from tuner.store import DEFAULT_OUT, DEFAULT_URL, Result, Store, StoreError
+from tuner.study import Study, StudyError, load
 
-KEY = ["N_Q", "N_K", "HEAD_DIM", "CAUSAL"]     # Triton's autotuner adds the tensors' dtypes itself
+
+class EmitError(ValueError):
+    """No list can be emitted; the message says why."""
 
 
 @dataclass
 class Entry:
     config: Config
-    objective: float
-    wins: list[storage.Result]        # the shapes it is the fastest config for
-    rows: list[storage.Result]        # all its rows
+    score: float
+    rows: list[Result]                                   # all its rows
+    notes: list[str] = field(default_factory=list)       # why it is in the list, one comment line each
+    wins: int = 0
 
 
-def select(rows: list[storage.Result], metric: str, top: int) -> list[Entry]:
-    """Each shape's winner plus the ``top`` best by objective; ranked, no duplicates."""
-    from tuner.sweep import objective
+@dataclass
+class Emitted:
+    text: str
+    entries: list[Entry]
 
-    by_config: dict[str, list[storage.Result]] = {}
-    for row in rows:
-        by_config.setdefault(row.config, []).append(row)
-    timed = {key: rs for key, rs in by_config.items() if all(r.status == storage.TIMED for r in rs)}
-    winners: dict[str, list[storage.Result]] = {}
-    for shape in sorted({r.shape for r in rows}):
+
+def verdicts_of(db: Store, study: str, target: str, gpu: str) -> dict[str, ShapeVerdict]:
+    """The stored finalists of each shape, judged again from their stored times."""
+    times: dict[str, dict[str, list[float]]] = {}
+    for finalist in db.finalists(study, target, gpu):
+        times.setdefault(finalist.shape, {})[finalist.config] = json.loads(finalist.times)
+    return {shape: judge(shape, per_config) for shape, per_config in times.items()}
+
+
+def select(rows: list[Result], verdicts: dict[str, ShapeVerdict], top: int) -> list[Entry]:
+    """Each shape's winner (and runner-up within the noise), then the ``top`` best across shapes."""
+    timed = records.fully_timed(rows)
+    scores = records.scores(rows)
+    entries: dict[str, Entry] = {}
+
+    def entry(key: str) -> Entry:
+        return entries.setdefault(key, Entry(Config.parse(key), scores[key], timed[key]))
+
+    for shape in dict.fromkeys(r.shape for r in rows):
+        verdict = verdicts.get(shape)
+        if verdict and all(key in timed for key in verdict.kept):
+            for index, key in enumerate(verdict.kept):
+                row = next(r for r in timed[key] if r.shape == shape)
+                timing = verdict.ranked[index]
+                entry(key).notes.append(
+                    f"{'best' if index == 0 else 'kept'} for {shape}: {timing.median:.4f} ms (median of "
+                    f"{len(timing.times)} rounds), {row.tflops * row.ms / timing.median:.0f} TFLOP/s, "
+                    f"{pct(row.flash_ms and 100 * row.flash_ms / timing.median)} of SDPA-flash, "
+                    f"{pct(row.cudnn_ms and 100 * row.cudnn_ms / timing.median)} of SDPA-cuDNN; {verdict.sentence()}")
+                entries[key].wins += index == 0
+            continue
         candidates = [r for rs in timed.values() for r in rs if r.shape == shape]
         if candidates:
             best = min(candidates, key=lambda r: r.ms)
-            winners.setdefault(best.config, []).append(best)
-    scores = {key: objective(rs, metric) for key, rs in timed.items()}
-    chosen = set(winners) | set(sorted(scores, key=scores.get, reverse=True)[:top])
-    entries = [Entry(Config.parse(key), scores[key], winners.get(key, []), timed[key]) for key in chosen]
-    return sorted(entries, key=lambda e: (-len(e.wins), -e.objective))
+            entry(best.config).notes.append(
+                f"best for {shape}: {best.ms:.4f} ms, {best.tflops:.0f} TFLOP/s, {pct(best.pct_flash)} of "
+                f"SDPA-flash, {pct(best.pct_cudnn)} of SDPA-cuDNN (not re-timed)")
+            entries[best.config].wins += 1
+    for key in sorted(scores, key=lambda k: (-scores[k], k))[:top]:
+        if key not in entries:
+            entry(key).notes.append(f"not a shape's best; {scores[key]:.3f} of the best time, geometric mean "
+                                    f"over shapes")
+    return sorted(entries.values(), key=lambda e: (-e.wins, -e.score, e.config.key))
 
 
-def render(entries: list[Entry], study: str, target: GpuSpec, gpu: str, rows: list[storage.Result], metric: str,
-           command: str) -> str:
+def check_budget(entries: list[Entry], target: GpuSpec) -> None:
+    """Every config must fit the target on every stored shape, by the model and by the compiler.
+
+    Raises:
+        EmitError: naming the config, the shape and the reason.
+    """
+    for entry in entries:
+        for row in entry.rows:
+            problem = Problem(row.batch, row.heads, row.n_q, row.n_k, row.head_dim, row.dtype, row.causal)
+            model = budget.verdict(entry.config, problem, target, None)
+            if row.status != Status.TIMED:
+                raise EmitError(f"{entry.config.key} was not timed on {row.shape} ({row.status})")
+            if not model.launchable:
+                raise EmitError(f"{entry.config.key} does not fit {target.name} on {row.shape}: {model.reason}")
+            if row.smem_bytes is not None and row.smem_bytes > (row.smem_limit_bytes or 0):
+                raise EmitError(f"{entry.config.key} does not fit {target.name} on {row.shape}: compiled "
+                                f"{row.smem_bytes} B > {row.smem_limit_bytes} B")
+
+
+def render(entries: list[Entry], study: str, target: GpuSpec, gpu: str, rows: list[Result], command: str) -> str:
     """The Python file: a docstring with provenance, KEY, and CONFIGS with measured comments."""
     first = rows[0]
     dates = sorted(r.created_at for r in rows)
@@ -67,14 +124,14 @@ def render(entries: list[Entry], study: str, target: GpuSpec, gpu: str, rows: li
         f"Target {target.name} ({target.card}); measured on {gpu}; torch {first.torch_version}, "
         f"triton {first.triton_version}, driver {first.driver}; {dates[0]:%Y-%m-%d} to {dates[-1]:%Y-%m-%d}.",
         f"Generated by: {command}",
-        "Every shape's fastest config is here, then the study's best overall; ranked by shapes won, then by "
-        f"{metric}.",
-        "% of SDPA = SDPA time / this config's time x 100 (above 100 is faster), measured in the same run.",
+        "Every shape's fastest config is here (its finalists re-timed together: the runner-up is kept too when",
+        "the two are within the noise), then the best across shapes; ranked by shapes won. Times are GPU time",
+        "per call (CUDA-graph replay); % of SDPA = SDPA time / this config's time x 100, in the same run.",
         '"""',
         "",
         "import triton",
         "",
-        f"KEY = {KEY!r}",
+        f"KEY = {list(AUTOTUNE_KEY)!r}",
         "",
         "CONFIGS = [",
     ]
@@ -82,34 +139,42 @@ def render(entries: list[Entry], study: str, target: GpuSpec, gpu: str, rows: li
         c = entry.config
         smem = next((r.smem_bytes for r in entry.rows if r.smem_bytes), None)
         limit = next((r.smem_limit_bytes for r in entry.rows if r.smem_limit_bytes), target.smem_per_block_optin)
-        for row in entry.wins:
-            lines.append(f"    # best for {row.shape}: {row.ms:.4f} ms, {row.tflops:.0f} TFLOP/s, "
-                         f"{_pct(row.pct_flash)} of SDPA-flash, {_pct(row.pct_cudnn)} of SDPA-cuDNN")
-        if not entry.wins:
-            lines.append(f"    # not a shape's best; {metric} over the study {entry.objective:.3f}")
+        lines += [f"    # {note}" for note in entry.notes]
         lines.append(f'    triton.Config({{"BLOCK_M": {c.block_m}, "BLOCK_N": {c.block_n}}}, num_warps={c.num_warps}, '
                      f"num_stages={c.num_stages}),  # smem {smem} B of {limit} B on {target.name}")
     lines += ["]", ""]
     return "\n".join(lines)
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0f}%"
+def emit(db: Store, study: Study, target: GpuSpec, gpu_used: str | None = None, top: int = 3,
+         command: str = "python -m tuner.emit") -> Emitted:
+    """The config list for a study on a target, from the store.
+
+    Args:
+        gpu_used: whose measurements, when the store has several GPUs (default: the one
+            with the most timed configs).
+
+    Raises:
+        EmitError: nothing timed, an unknown ``gpu_used``, or a config over the budget.
+    """
+    rows = [r for r in db.results(study.name, target.name) if r.gpu != "none"]
+    gpus = sorted({r.gpu for r in rows}, key=lambda g: -sum(r.gpu == g and r.status == Status.TIMED for r in rows))
+    if gpu_used is not None:
+        if gpu_used not in gpus:
+            raise EmitError(f"--gpu-used {gpu_used!r}: the store has {gpus or 'no GPU measurements'}")
+        gpus = [gpu_used]
+    rows = [r for r in rows if gpus and r.gpu == gpus[0]]
+    if not records.fully_timed(rows):
+        raise EmitError(f"no config of study {study.name!r} was timed on every shape on {target.name} in {db.url}; "
+                        f"run python -m tuner.sweep --study {study.name} --gpu {target.name} on a GPU first")
+    entries = select(rows, verdicts_of(db, study.name, target.name, gpus[0]), top)
+    check_budget(entries, target)
+    return Emitted(render(entries, study.name, target, gpus[0], rows, command), entries)
 
 
-def check_budget(entries: list[Entry], target: GpuSpec) -> None:
-    """Every config must fit the target on every stored shape (model and compiled figures)."""
-    for entry in entries:
-        for row in entry.rows:
-            problem = budget.Problem(row.batch, row.heads, row.n_q, row.n_k, row.head_dim, row.dtype, row.causal)
-            model = budget.verdict(entry.config, problem, target, None)
-            if not model.launchable or row.status != storage.TIMED or (
-                    row.smem_bytes is not None and row.smem_bytes > (row.smem_limit_bytes or 0)):
-                raise RuntimeError(f"{entry.config.key} does not fit {target.name} on {row.shape}: {model.reason}")
-
-
-def default_output(study: str, target: GpuSpec) -> Path:
-    return Path("studies") / f"{study}_{target.name}_configs.py"
+def write(emitted: Emitted, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(emitted.text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,15 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write the sweep's best configs as a @triton.autotune config list (and print it).",
         epilog="examples:\n  python -m tuner.emit --study article --gpu sm_90\n"
                "  python -m tuner.emit --study article --gpu sm_90 --top 4 --out kernel/configs_h200.py\n"
-               "  python -m tuner.emit --study article --gpu sm_90 --verify   # on the GPU: autotune vs best",
+               "  python -m tuner.emit --study article --gpu sm_90 --verify out.md   # on the GPU: autotune vs best",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", required=True, help="study name or file, as given to the sweep")
     parser.add_argument("--gpu", required=True, help="the sweep's target (sm_89, sm_90, h200, ...)")
-    parser.add_argument("--storage", default=storage.DEFAULT_URL, help=f"database URL (default {storage.DEFAULT_URL})")
+    parser.add_argument("--storage", default=DEFAULT_URL, help=f"database URL (default {DEFAULT_URL})")
     parser.add_argument("--gpu-used", help="which GPU's measurements, when the store has several (default: the one "
                                            "with most timed configs)")
-    parser.add_argument("--top", type=int, default=3, help="best configs overall to add to the shape winners (default 3)")
-    parser.add_argument("--out", help="file to write (default studies/<study>_<target>_configs.py)")
+    parser.add_argument("--top", type=int, default=3,
+                        help="best configs overall to add to the shape winners (default 3)")
+    parser.add_argument("--out", help=f"file to write (default {DEFAULT_OUT}/configs/<study>_<target>_configs.py)")
     parser.add_argument("--verify", help="on a GPU: time the autotuned kernel with this file's list against each "
                                          "shape's best config, and write a markdown table to this path")
     return parser
@@ -135,97 +201,33 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-
-    def usage(message: str) -> int:
-        parser.print_usage(sys.stderr)
-        print(f"{parser.prog}: error: {message}", file=sys.stderr)
-        return 2
-
     try:
         study = load(args.study)
         target = GpuSpec.from_name(args.gpu)
     except (StudyError, ValueError, RuntimeError) as exc:
-        return usage(str(exc))
+        return usage_error(parser, str(exc))
     if args.top < 0:
-        return usage(f"--top {args.top} must be 0 or more")
-    db = storage.Store(args.storage)
-    rows = [r for r in db.results(study.name, target.name) if r.gpu != "none"]
-    gpus = sorted({r.gpu for r in rows}, key=lambda g: -sum(r.gpu == g and r.status == storage.TIMED for r in rows))
-    if args.gpu_used:
-        if args.gpu_used not in gpus:
-            return usage(f"--gpu-used {args.gpu_used!r}: the store has {gpus or 'no GPU measurements'}")
-        gpus = [args.gpu_used]
-    rows = [r for r in rows if gpus and r.gpu == gpus[0]]
-    if not any(r.status == storage.TIMED for r in rows):
-        return usage(f"no timed results for study {study.name!r} on {target.name} in {args.storage}; "
-                     f"run python -m tuner.sweep --study {study.name} --gpu {target.name} on a GPU first")
-    entries = select(rows, study.metric, args.top)
-    check_budget(entries, target)
+        return usage_error(parser, f"--top {args.top} must be 0 or more")
+    out = Path(args.out) if args.out else Path(DEFAULT_OUT) / "configs" / f"{study.name}_{target.name}_configs.py"
+    if out.is_dir():
+        return usage_error(parser, f"--out {str(out)!r} is a folder; give a file name such as configs.py")
+    for given in (args.verify,):
+        if given and Path(given).is_dir():
+            return usage_error(parser, f"--verify {given!r} is a folder; give a markdown file name")
     command = " ".join(["python -m tuner.emit"] + list(argv if argv is not None else sys.argv[1:]))
-    text = render(entries, study.name, target, gpus[0], rows, study.metric, command)
-    out = Path(args.out) if args.out else default_output(study.name, target)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
+    try:
+        db = Store(args.storage, create=False)
+        emitted = emit(db, study, target, args.gpu_used, args.top, command)
+    except (StoreError, EmitError) as exc:
+        return usage_error(parser, str(exc))
+    write(emitted, out)
+    print(emitted.text)
     print(f"# written to {out}", file=sys.stderr)
     if args.verify:
-        return verify(out, study, rows, Path(args.verify))
+        from tuner.verify import verify
+
+        return verify(out, study, db.results(study.name, target.name), Path(args.verify))
     return 0
-
-
-def verify(path: Path, study, rows: list[storage.Result], markdown: Path) -> int:
-    """The emitted list in ``@triton.autotune`` against each shape's best config, one process."""
-    import importlib.util
-
-    import torch
-
-    from kernel import flash_attn_fwd
-    from kernel.autotuned import make_autotuned
-    from kernel.bench import do_bench_median, environment, warm_gpu
-
-    if not torch.cuda.is_available():
-        print("--verify needs a CUDA GPU", file=sys.stderr)
-        return 1
-    spec = importlib.util.spec_from_file_location("emitted_configs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    autotuned = make_autotuned(module.CONFIGS, module.KEY)
-    env = environment()
-    warm_gpu()
-    lines = [f"GPU: {env['gpu']}; driver {env['driver']}; torch {env['torch']}; triton {env['triton']}; {env['date']}",
-             f"List: {path} ({len(module.CONFIGS)} configs)", "",
-             "Each shape: the autotuned entry point tunes on its first call; then the config it picked and the "
-             "sweep's best for the shape are timed the same way (direct launches into preallocated outputs, "
-             "do_bench median), so the ratio compares configs, not call overheads. The autotuned entry point's own "
-             "time includes the autotuner's per-call Python work, which shows at small N.", "",
-             "| shape | sweep's best | its ms | autotune picked | its ms | picked / best | autotuned entry ms |",
-             "|---|---|---|---|---|---|---|"]
-    worst = 0.0
-    for shape in study.shapes:
-        shape_rows = [r for r in rows if r.shape == shape.label and r.status == storage.TIMED]
-        best = Config.parse(min(shape_rows, key=lambda r: r.ms).config)
-        q, k, v = (torch.randn(shape.batch, shape.heads, n, shape.head_dim, device="cuda", dtype=shape.torch_dtype)
-                   for n in (shape.n_q, shape.n_k, shape.n_k))
-        out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
-        autotuned(q, k, v, shape.causal, out=out, lse=lse)        # the first call tunes
-        picked = _config_of(autotuned.kernel.best_config)
-        ms_entry = do_bench_median(lambda: autotuned(q, k, v, shape.causal, out=out, lse=lse), 10, 100)
-        times = {c: do_bench_median(lambda c=c: flash_attn_fwd(q, k, v, shape.causal, **c.as_kwargs(), out=out,
-                                                               lse=lse), 10, 100) for c in {best, picked}}
-        ratio = times[picked] / times[best]
-        worst = max(worst, ratio)
-        lines.append(f"| {shape.label} | {best.key} | {times[best]:.4f} | {picked.key} | {times[picked]:.4f} | "
-                     f"{ratio:.3f} | {ms_entry:.4f} |")
-    lines += ["", f"Worst picked / best: {worst:.3f} (bar: at most 1.03)."]
-    text = "\n".join(lines)
-    print(text)
-    markdown.parent.mkdir(parents=True, exist_ok=True)
-    markdown.write_text(text + "\n")
-    return 0 if worst <= 1.03 else 1
-
-
-def _config_of(config) -> Config:
-    return Config(config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps, config.num_stages)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Target GPUs: a table of sourced hardware numbers and the ``--gpu`` name lookup.
 
-Sources (see ``../shared/design-notes.md`` for the project's own copy):
+Sources:
     [cccl]   NVIDIA CCCL ``libcudacxx/include/cuda/__device/arch_traits.h``: shared memory
              per SM and max opt-in per block (per-SM figure minus 1 KB reserved per block),
              registers per SM / per thread, threads per SM.
@@ -24,13 +24,10 @@ class GpuSpec:
 
     Attributes:
         name: target name, ``sm_89`` etc.
-        arch: family, which decides how Triton buffers shared memory.
         capability: CUDA compute capability as an int, 89 for sm_89.
         smem_per_block_optin: largest shared memory one block may opt in to, bytes.
         smem_per_sm: shared memory per SM, bytes.
         regs_per_sm: 32-bit registers per SM (also the per-block limit).
-        regs_per_thread: most registers one thread may use.
-        max_threads_per_sm: resident threads per SM.
         card: the card whose remaining numbers these are.
         sm_count: SMs on that card.
         peak_bf16_tflops: dense bf16 tensor-core TFLOP/s, fp32 accumulate.
@@ -39,28 +36,18 @@ class GpuSpec:
     """
 
     name: str
-    arch: str
     capability: int
     smem_per_block_optin: int
     smem_per_sm: int
     regs_per_sm: int
-    regs_per_thread: int
-    max_threads_per_sm: int
     card: str
     sm_count: int
     peak_bf16_tflops: float | None
     mem_bandwidth_gbs: float | None
     source: str
 
-    @property
-    def ridge_flop_per_byte(self) -> float | None:
-        """Arithmetic intensity where the roofline turns from bandwidth to compute."""
-        if not self.peak_bf16_tflops or not self.mem_bandwidth_gbs:
-            return None
-        return self.peak_bf16_tflops * 1e12 / (self.mem_bandwidth_gbs * 1e9)
-
     @classmethod
-    def from_name(cls, name: str) -> "GpuSpec":
+    def from_name(cls, name: str) -> GpuSpec:
         """Look up a target by ``sm_XX``, card name (``rtx4090``, ``h200``, ...) or ``auto``.
 
         Raises:
@@ -78,33 +65,21 @@ class GpuSpec:
         raise ValueError(f"unknown GPU {name!r}; valid: {', '.join(valid_names())}")
 
 
-def _arch(capability: int) -> str:
-    if capability >= 100:
-        return "blackwell"
-    if capability >= 90:
-        return "hopper"
-    if capability == 89:
-        return "ada"
-    return "ampere"
-
-
-def _spec(name, smem_sm, threads, card, sms, tflops, bandwidth, source):
-    capability = int(name[3:])
-    return GpuSpec(name=name, arch=_arch(capability), capability=capability,
-                   smem_per_block_optin=smem_sm - 1024, smem_per_sm=smem_sm,
-                   regs_per_sm=65536, regs_per_thread=255, max_threads_per_sm=threads,
-                   card=card, sm_count=sms, peak_bf16_tflops=tflops, mem_bandwidth_gbs=bandwidth, source=source)
+def _spec(name, smem_sm, card, sms, tflops, bandwidth, source):
+    return GpuSpec(name=name, capability=int(name[3:]), smem_per_block_optin=smem_sm - 1024, smem_per_sm=smem_sm,
+                   regs_per_sm=65536, card=card, sm_count=sms, peak_bf16_tflops=tflops, mem_bandwidth_gbs=bandwidth,
+                   source=source)
 
 
 KB = 1024
 # Per-architecture limits [cccl][cutlass]; the card on each row is the default for that target.
 _TARGETS = {
-    "sm_80": _spec("sm_80", 164 * KB, 2048, "a100", 108, 312.0, 2039.0, "[cccl] [ds] A100 SXM 80GB"),
-    "sm_86": _spec("sm_86", 100 * KB, 1536, "a10", 72, 125.0, 600.0, "[cccl] [ds] A10"),
-    "sm_89": _spec("sm_89", 100 * KB, 1536, "rtx4070super", 56, 71.0, 504.0, "[cccl] [calc] RTX 4070 Super"),
-    "sm_90": _spec("sm_90", 228 * KB, 2048, "h100", 132, 989.0, 3350.0, "[cccl] [ds] H100 SXM"),
-    "sm_100": _spec("sm_100", 228 * KB, 2048, "b200", 148, 2250.0, 8000.0, "[cccl] [ds] B200"),
-    "sm_120": _spec("sm_120", 100 * KB, 1536, "rtx5090", 170, 209.5, 1792.0, "[cccl] [ds] RTX 5090 (Blackwell whitepaper)"),
+    "sm_80": _spec("sm_80", 164 * KB, "a100", 108, 312.0, 2039.0, "[cccl] [ds] A100 SXM 80GB"),
+    "sm_86": _spec("sm_86", 100 * KB, "a10", 72, 125.0, 600.0, "[cccl] [ds] A10"),
+    "sm_89": _spec("sm_89", 100 * KB, "rtx4070super", 56, 71.0, 504.0, "[cccl] [calc] RTX 4070 Super"),
+    "sm_90": _spec("sm_90", 228 * KB, "h100", 132, 989.0, 3350.0, "[cccl] [ds] H100 SXM"),
+    "sm_100": _spec("sm_100", 228 * KB, "b200", 148, 2250.0, 8000.0, "[cccl] [ds] B200"),
+    "sm_120": _spec("sm_120", 100 * KB, "rtx5090", 170, 209.5, 1792.0, "[cccl] [ds] RTX 5090 (Blackwell whitepaper)"),
 }
 # Other cards: the same limits as their target, their own SM count, rate and bandwidth [ds].
 _CARDS = {spec.card: spec for spec in _TARGETS.values()}
@@ -148,11 +123,10 @@ def detect() -> GpuSpec:
     optin = getattr(props, "shared_memory_per_block_optin", None)
     per_sm = getattr(props, "shared_memory_per_multiprocessor", None)
     return GpuSpec(
-        name=f"sm_{capability}", arch=_arch(capability), capability=capability,
+        name=f"sm_{capability}", capability=capability,
         smem_per_block_optin=optin or (template.smem_per_block_optin if template else 49152),
         smem_per_sm=per_sm or (template.smem_per_sm if template else 49152),
-        regs_per_sm=getattr(props, "regs_per_multiprocessor", 65536), regs_per_thread=255,
-        max_threads_per_sm=getattr(props, "max_threads_per_multi_processor", 2048),
+        regs_per_sm=getattr(props, "regs_per_multiprocessor", 65536),
         card=props.name, sm_count=props.multi_processor_count,
         peak_bf16_tflops=template.peak_bf16_tflops if template else None,
         mem_bandwidth_gbs=template.mem_bandwidth_gbs if template else None,

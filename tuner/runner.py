@@ -2,172 +2,198 @@
 
 A config can crash the process (an illegal memory access leaves the CUDA context
 unusable) or hang. So the kernel never runs in the sweep's own process: a spawned
-worker holds the inputs, the float32 references and the SDPA baselines, and answers
-one request at a time. The parent waits with a timeout; a worker that dies or does not
-answer is killed, the trial is recorded as ``crashed`` or ``timeout``, and a fresh
-worker takes the next one.
+worker holds the inputs, the references and the SDPA baselines, and answers one
+request at a time. The parent waits with a timeout; a worker that dies or does not
+answer is killed, the trial is recorded as ``crashed`` or ``timeout`` (with the
+exception's type when there was one), and a fresh worker takes the next config.
 
 In the worker, for each config:
 
-1. **check**: on every shape of the study and on a ragged, non-square gate shape,
-   run the kernel into NaN-filled outputs and compare ``out`` and ``lse`` with the
-   float32 reference (:func:`kernel.reference.accuracy`: within 3x PyTorch's own
-   low-precision error, or a floor). The gate shape keeps the study shape's
-   specialisation (lengths multiples of 16, see :func:`gate_shape`), so the binary
-   checked is the binary timed.
-2. **time**: ``triton.testing.do_bench`` median (warm-up, L2 flush, CUDA events).
+1. **check**: the gate of :mod:`tuner.gate`, on every study shape and the gate shapes;
+2. **time**: GPU time per call by CUDA-graph replay over input sets that do not fit in
+   L2, and the host time of a call (:mod:`kernel.timing`), on every study shape.
 
-``device="cpu"`` runs the same steps in Triton's interpreter with a wall-clock timer.
-It exists so the sweep can be tested without a GPU; its times mean nothing.
+``retime`` times lists of configs together in interleaved rounds (the finalists).
+``device="cpu"`` runs the same steps in Triton's interpreter with a wall clock; it
+exists so the sweep can be tested without a GPU, and its times mean nothing.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
 import multiprocessing
 import os
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from tuner._budget import Problem
+from tuner.gate import GateShape, finite, gate_shapes, make_case
+from tuner.problem import Problem
 from tuner.space import Config
+from tuner.status import Status
 
-# Test hook: "KEY:crash,KEY:hang,KEY:wrong" makes the worker misbehave on those configs,
-# so the tests can check that a bad config never ends a sweep.
+# Test hook: "KEY:FAULT,..." makes the worker misbehave on those configs (FAULT one of crash,
+# hang, wrong, wrong-lse, wrong-gate, raise, out-of-resources), so the tests can check that
+# the gate and the sweep catch each kind of fault and that a bad config never ends a sweep.
 FAULT_ENV = "FA2_TUNER_FAULT"
 START_TIMEOUT_S = 300.0
-
-
-def gate_shape(problem: Problem, small: bool = False) -> Problem:
-    """The ragged, non-square shape every config is also checked on.
-
-    1552 = 97 x 16 and 1040 = 65 x 16 are ragged for every tile of 32 and up (the last
-    query and key tiles are partial) yet keep the divisibility-by-16 specialisation of
-    the study's shapes, so the gate runs the very binary that is timed. The head
-    count keeps the study's class too (1 is a constant to the JIT, multiples of 16
-    get a divisibility hint; anything else, such as 3, gets neither).
-
-    ``small`` (80 x 48, ragged for tiles of 32 and up) is for Triton's interpreter.
-    """
-    heads = 1 if problem.heads == 1 else 16 if problem.heads % 16 == 0 else 3
-    n_q, n_k = (80, 48) if small else (1552, 1040)
-    return Problem(batch=1 if small else 2, heads=heads, n_q=n_q, n_k=n_k, head_dim=problem.head_dim, dtype=problem.dtype,
-                   causal=problem.causal)
+HOST_CALLS = 10            # calls per batch when measuring a config's host time
+FINALIST_REP_MS = 50       # at least this much graph replay per finalist and round
 
 
 @dataclass(frozen=True)
 class ShapeOutcome:
-    """One config on one shape."""
+    """One config on one study shape (and its gate shapes)."""
 
     shape: str
     correct: bool
-    reason: str
+    reason: str = ""
     err_out: float | None = None
     err_lse: float | None = None
-    err_bound: float | None = None
-    ragged_err_out: float | None = None
+    bound_out: float | None = None
+    bound_lse: float | None = None
+    gate_err_out: float | None = None      # the worst of the gate shapes
+    gate_err_lse: float | None = None
     ms: float | None = None
+    host_us: float | None = None
+    timer: str | None = None
 
 
 @dataclass
 class TrialOutcome:
-    """One config on all shapes of a study. ``status`` is ``timed`` only if every shape passed."""
+    """One config on all shapes of a study. ``status`` is TIMED only if every shape passed."""
 
-    status: str
+    status: Status
     reason: str
     shapes: dict[str, ShapeOutcome] = field(default_factory=dict)
     check_s: float = 0.0
     time_s: float = 0.0
+    error_type: str | None = None          # the exception's type, when the worker raised or died on one
 
 
 # ------------------------------------------------------------------------ worker side
 
 
 class _Bench:
-    """Lives in the worker: inputs, references and baselines per shape, built once."""
+    """Lives in the worker: inputs, references and timing sets, built once per shape."""
 
     def __init__(self, shapes: list[Problem], timing: tuple[int, int], device: str):
-        import torch
-
-        self.torch = torch
         self.shapes = shapes
         self.warmup_ms, self.rep_ms = timing
         self.device = device
-        self.cases: dict[Problem, dict] = {}
-        self.faults = dict(item.split(":") for item in os.environ.get(FAULT_ENV, "").split(",") if ":" in item)
+        self.cases: dict[object, dict] = {}
+        self.timing_sets: dict[Problem, list[tuple]] = {}
+        self.faults = dict(item.split(":", 1) for item in os.environ.get(FAULT_ENV, "").split(",") if ":" in item)
 
-    def _case(self, problem: Problem) -> dict:
-        """Fresh random inputs (never a fixed seed), NaN-ready outputs, the fp32 reference."""
-        if problem in self.cases:
-            return self.cases[problem]
-        torch = self.torch
-        from kernel.reference import torch_low_precision_error
+    def _case(self, key) -> dict:
+        if key not in self.cases:
+            self.cases[key] = make_case(key, self.device)
+        return self.cases[key]
 
-        dtype = problem.torch_dtype
-        seed = int.from_bytes(os.urandom(4), "little")
-        generator = torch.Generator(device=self.device).manual_seed(seed)
-        q = torch.randn(problem.batch, problem.heads, problem.n_q, problem.head_dim, device=self.device,
-                        dtype=dtype, generator=generator)                                 # [B, H, N_q, D]
-        k, v = (torch.randn(problem.batch, problem.heads, problem.n_k, problem.head_dim, device=self.device,
-                            dtype=dtype, generator=generator) for _ in range(2))        # [B, H, N_k, D]
-        ref_out, ref_lse = _chunked_reference(q, k, v, problem.causal)
-        case = dict(q=q, k=k, v=v, seed=seed, reference=(ref_out, ref_lse),
-                    torch_error=torch_low_precision_error(q, k, v, problem.causal, ref_out),
-                    out=torch.empty_like(q), lse=torch.empty(q.shape[:-1], device=self.device, dtype=torch.float32))
-        self.cases[problem] = case
-        return case
-
-    def _launch(self, problem: Problem, config: Config):
+    def _check(self, key, config: Config):
         from kernel import flash_attn_fwd
-
-        case = self._case(problem)
-        return lambda: flash_attn_fwd(case["q"], case["k"], case["v"], problem.causal, **config.as_kwargs(),
-                                      out=case["out"], lse=case["lse"])
-
-    def _check(self, problem: Problem, config: Config):
         from kernel.reference import accuracy
 
-        case = self._case(problem)
+        case = self._case(key)
+        causal = key.problem.causal if isinstance(key, GateShape) else key.causal
         case["out"].fill_(float("nan"))
         case["lse"].fill_(float("nan"))
-        self._launch(problem, config)()
-        if self.faults.get(config.key) == "wrong":
-            case["out"].mul_(1.5)
-        return accuracy(case["out"], case["lse"], case["q"], case["k"], case["v"], problem.causal,
+        flash_attn_fwd(case["q"], case["k"], case["v"], causal, **config.as_kwargs(), out=case["out"],
+                       lse=case["lse"])
+        fault = self.faults.get(config.key)
+        if fault == "wrong" or (fault == "wrong-gate" and isinstance(key, GateShape)):
+            case["out"].mul_(1.01)
+        if fault == "wrong-lse":
+            case["lse"].add_(1e-3)
+        return accuracy(case["out"], case["lse"], case["q"], case["k"], case["v"], causal,
                         reference=case["reference"], torch_error=case["torch_error"])
 
-    def _time(self, fn) -> float:
+    def _sets(self, problem: Problem) -> list[tuple]:
+        """(q, k, v, out, lse) sets for timing: the check's inputs, and more until they exceed L2."""
+        if problem not in self.timing_sets:
+            case = self._case(problem)
+            sets = [(case["q"], case["k"], case["v"], case["out"], case["lse"])]
+            if self.device != "cpu":
+                import torch
+
+                from kernel.timing import input_sets
+
+                per_set = 4 * case["q"].numel() * case["q"].element_size()
+                for _ in range(input_sets(per_set) - 1):
+                    q, k, v = (torch.randn(t.shape, device=t.device, dtype=t.dtype) for t in sets[0][:3])
+                    sets.append((q, k, v, torch.empty_like(q), torch.empty_like(case["lse"])))
+            self.timing_sets[problem] = sets
+        return self.timing_sets[problem]
+
+    def _time(self, problem: Problem, config: Config, host: bool = True,
+              rep_ms: float | None = None) -> tuple[float, str, float | None]:
+        """(GPU ms per call, timer, host µs per call) of a config on a shape."""
+        from kernel import flash_attn_fwd
+
+        kwargs = config.as_kwargs()
+        sets = self._sets(problem)
         if self.device == "cpu":
+            q, k, v, out, lse = sets[0]
             start = time.perf_counter()
-            fn()
-            return (time.perf_counter() - start) * 1e3
-        from kernel.bench import do_bench_median
+            flash_attn_fwd(q, k, v, problem.causal, **kwargs, out=out, lse=lse)
+            ms = (time.perf_counter() - start) * 1e3
+            return ms, "wall_clock", ms * 1e3
+        from kernel.timing import gpu_time, host_us
 
-        return do_bench_median(fn, self.warmup_ms, self.rep_ms)
+        calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], problem.causal, **kwargs, out=s[3], lse=s[4])
+                 for s in sets]
+        timing = gpu_time(calls, rep_ms or self.rep_ms, self.warmup_ms)
+        q, k, v = sets[0][:3]
+        host = host_us(lambda: flash_attn_fwd(q, k, v, problem.causal, **kwargs), HOST_CALLS, 2) if host else None
+        return timing.ms, timing.method, host
 
-    def baselines(self, _=None) -> dict[str, dict[str, float | None]]:
-        """SDPA flash and cuDNN median ms per shape (None where a backend refuses the shape)."""
+    def baselines(self, _=None) -> dict[str, dict]:
+        """SDPA flash and cuDNN per shape: GPU ms, host µs, timer (None where a backend refuses)."""
         measured = {}
         if self.device == "cpu":
             import torch.nn.functional as F
 
             for problem in self.shapes:
-                case = self._case(problem)
-                ms = self._time(lambda: F.scaled_dot_product_attention(case["q"], case["k"], case["v"],
-                                                                       is_causal=problem.causal))
-                measured[problem.label] = {"flash": ms, "cudnn": ms}
+                q, k, v = self._sets(problem)[0][:3]
+                start = time.perf_counter()
+                F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal)
+                ms = (time.perf_counter() - start) * 1e3
+                measured[problem.label] = dict(flash_ms=ms, cudnn_ms=ms, flash_host_us=ms * 1e3,
+                                               cudnn_host_us=ms * 1e3, timer="wall_clock")
             return measured
-        from kernel.bench import time_sdpa, warm_gpu
+        from kernel.timing import time_sdpa, warm_gpu
 
         for problem in self.shapes:
-            self._case(problem)
+            self._sets(problem)
         warm_gpu()
         for problem in self.shapes:
-            case = self._case(problem)
-            measured[problem.label] = time_sdpa(case["q"], case["k"], case["v"], problem.causal, self.warmup_ms,
-                                                self.rep_ms)
+            result = time_sdpa([s[:3] for s in self._sets(problem)], problem.causal, self.rep_ms, self.warmup_ms)
+            methods = {r["method"] for r in result.values() if r["method"]}
+            measured[problem.label] = dict(
+                flash_ms=result["flash"]["ms"], cudnn_ms=result["cudnn"]["ms"],
+                flash_host_us=result["flash"]["host_us"], cudnn_host_us=result["cudnn"]["host_us"],
+                timer="+".join(sorted(methods)) or None)
         return measured
+
+    def _gate(self, problem: Problem, config: Config, seen: dict) -> tuple[ShapeOutcome, str | None]:
+        """The study shape and its gate shapes; ``seen`` keeps gate results within a trial,
+        since shapes that differ only in length share their gate shapes."""
+        result = self._check(problem, config)
+        worst_out = worst_lse = 0.0
+        failure = None if result.ok else f"{problem.label}: {result.reason}"
+        for gate in gate_shapes(problem, config, small=self.device == "cpu"):
+            if gate not in seen:
+                seen[gate] = self._check(gate, config)
+            gated = seen[gate]
+            worst_out = max(worst_out, gated.err_out if gated.err_out == gated.err_out else float("inf"))
+            worst_lse = max(worst_lse, gated.err_lse if gated.err_lse == gated.err_lse else float("inf"))
+            if failure is None and not gated.ok:
+                shape = gate.problem
+                failure = f"gate {gate.name} ({shape.n_q}x{shape.n_k}): {gated.reason}"
+        return ShapeOutcome(shape=problem.label, correct=failure is None, reason=failure or "",
+                            err_out=finite(result.err_out), err_lse=finite(result.err_lse),
+                            bound_out=result.bound_out, bound_lse=result.bound_lse,
+                            gate_err_out=finite(worst_out), gate_err_lse=finite(worst_lse)), failure
 
     def trial(self, config: Config) -> TrialOutcome:
         fault = self.faults.get(config.key)
@@ -175,58 +201,42 @@ class _Bench:
             os._exit(77)
         if fault == "hang":
             time.sleep(3600)
+        if fault == "raise":
+            raise RuntimeError(f"injected failure for {config.key}")
+        if fault == "out-of-resources":
+            from triton.runtime.errors import OutOfResources
+
+            raise OutOfResources(300_000, 232_448, "shared memory")
         started = time.perf_counter()
-        checks = {}
+        outcome = TrialOutcome(status=Status.TIMED, reason="")
+        failures, seen = [], {}
         for problem in self.shapes:
-            result = self._check(problem, config)
-            gate = self._check(gate_shape(problem, small=self.device == "cpu"), config)
-            checks[problem] = (result, gate)
-        check_s = time.perf_counter() - started
-        outcome = TrialOutcome(status="timed", reason="", check_s=check_s)
-        failed = [(p, r, g) for p, (r, g) in checks.items() if not (r.ok and g.ok)]
-        for problem, (result, gate) in checks.items():
-            outcome.shapes[problem.label] = ShapeOutcome(
-                shape=problem.label, correct=result.ok and gate.ok,
-                reason="" if result.ok and gate.ok else (result.reason if not result.ok else f"ragged gate: {gate.reason}"),
-                err_out=_finite(result.err_out), err_lse=_finite(result.err_lse), err_bound=result.bound_out,
-                ragged_err_out=_finite(gate.err_out))
-        if failed:
-            problem, result, gate = failed[0]
-            outcome.status = "incorrect"
-            which = problem.label if not result.ok else f"gate {gate_shape(problem, self.device == 'cpu').label}"
-            outcome.reason = f"{which}: {(result if not result.ok else gate).reason}"
+            outcome.shapes[problem.label], failure = self._gate(problem, config, seen)
+            if failure:
+                failures.append(failure)
+        outcome.check_s = time.perf_counter() - started
+        if failures:
+            outcome.status, outcome.reason = Status.INCORRECT, failures[0]
             return outcome
         started = time.perf_counter()
         for problem in self.shapes:
-            ms = self._time(self._launch(problem, config))
-            previous = outcome.shapes[problem.label]
-            outcome.shapes[problem.label] = ShapeOutcome(**{**previous.__dict__, "ms": ms})
+            ms, timer, host = self._time(problem, config)
+            outcome.shapes[problem.label] = replace(outcome.shapes[problem.label], ms=ms, timer=timer, host_us=host)
         outcome.time_s = time.perf_counter() - started
         return outcome
 
-
-def _finite(value: float) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
-def _chunked_reference(q, k, v, causal: bool):
-    """The float32 reference, one batch-head slice group at a time so the score
-    matrix [N_q, N_k] of a long sequence never needs more than ~2 GB at once."""
-    import torch
-
-    from kernel.reference import attention_reference
-
-    batch, heads, n_q, _ = q.shape
-    per_slice = n_q * k.shape[-2] * 4 * 3                 # scores, probabilities, lse pass
-    group = max(1, min(batch * heads, (2 << 30) // max(per_slice, 1)))
-    flat = [t.reshape(batch * heads, t.shape[-2], t.shape[-1]) for t in (q, k, v)]
-    outs, lses = [], []
-    for start in range(0, batch * heads, group):
-        out, lse = attention_reference(*(t[start:start + group] for t in flat), causal)
-        outs.append(out)
-        lses.append(lse)
-    return (torch.cat(outs).reshape(batch, heads, n_q, q.shape[-1]),     # [B, H, N_q, D]
-            torch.cat(lses).reshape(batch, heads, n_q))                 # [B, H, N_q]
+    def retime(self, orders: dict[str, list[list[Config]]]) -> dict[str, dict[str, list[float]]]:
+        """Time each shape's configs together, round by round in the given orders
+        (:func:`tuner.finalists.round_orders`): label -> config key -> ms per round."""
+        by_label = {problem.label: problem for problem in self.shapes}
+        times: dict[str, dict[str, list[float]]] = {}
+        for label, rounds in orders.items():
+            times[label] = {}
+            for order in rounds:
+                for config in order:
+                    ms = self._time(by_label[label], config, False, max(self.rep_ms, FINALIST_REP_MS))[0]
+                    times[label].setdefault(config.key, []).append(ms)
+        return times
 
 
 def _is_fatal(exc: BaseException) -> bool:
@@ -245,7 +255,7 @@ def _serve(conn, shapes, timing, device) -> None:
         bench = _Bench(shapes, timing, device)
         import kernel  # noqa: F401  (import errors surface at start, not mid-trial)
     except BaseException as exc:
-        conn.send(("error", f"worker failed to start: {type(exc).__name__}: {exc}"))
+        conn.send(("error", (type(exc).__name__, f"worker failed to start: {type(exc).__name__}: {exc}")))
         return
     conn.send(("ready", None))
     while True:
@@ -260,7 +270,7 @@ def _serve(conn, shapes, timing, device) -> None:
             conn.send(("ok", getattr(bench, kind)(argument)))
         except Exception as exc:  # a config's failure is a result; the worker reports and goes on
             lines = traceback.format_exception_only(type(exc), exc)
-            conn.send(("error", "".join(lines).strip()[-800:]))
+            conn.send(("error", (type(exc).__name__, "".join(lines).strip()[-800:])))
             if _is_fatal(exc):
                 os._exit(3)
 
@@ -269,12 +279,17 @@ def _serve(conn, shapes, timing, device) -> None:
 
 
 class WorkerFailed(RuntimeError):
-    """The worker died or did not answer in time; ``status`` is ``crashed`` or ``timeout``."""
+    """The worker died, raised or did not answer in time.
 
-    def __init__(self, status: str, reason: str):
+    Attributes:
+        status: ``Status.CRASHED`` or ``Status.TIMEOUT``.
+        reason: what happened, for the stored row.
+        error_type: the exception's type name when the worker raised one.
+    """
+
+    def __init__(self, status: Status, reason: str, error_type: str | None = None):
         super().__init__(reason)
-        self.status = status
-        self.reason = reason
+        self.status, self.reason, self.error_type = status, reason, error_type
 
 
 class GpuWorker:
@@ -282,8 +297,8 @@ class GpuWorker:
 
     Args:
         shapes: the study's shapes; each trial checks and times all of them.
-        timing: (warmup_ms, rep_ms) for ``do_bench``.
-        timeout_s: longest a trial may take before the worker is killed.
+        timing: (warmup_ms, rep_ms) per shape.
+        timeout_s: longest a request may take before the worker is killed.
         device: ``"cuda"``, or ``"cpu"`` for the interpreter (tests only).
     """
 
@@ -297,7 +312,7 @@ class GpuWorker:
         self.conn = None
         self.starts = 0
 
-    def __enter__(self) -> "GpuWorker":
+    def __enter__(self) -> GpuWorker:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -319,19 +334,19 @@ class GpuWorker:
         kind, payload = self._receive(START_TIMEOUT_S, "start")
         if kind != "ready":
             self.close()
-            raise RuntimeError(payload)
+            raise WorkerFailed(Status.CRASHED, payload[1], payload[0])
 
     def _receive(self, timeout_s: float, what: str):
         if not self.conn.poll(timeout_s):
             self.close()
-            raise WorkerFailed("timeout", f"no answer to {what} within {timeout_s:.0f} s; worker killed")
+            raise WorkerFailed(Status.TIMEOUT, f"no answer to {what} within {timeout_s:.0f} s; worker killed")
         try:
             return self.conn.recv()
         except (EOFError, OSError):
             self.process.join(5)
             code = self.process.exitcode
             self.close()
-            raise WorkerFailed("crashed", f"worker died during {what} (exit code {code})") from None
+            raise WorkerFailed(Status.CRASHED, f"worker died during {what} (exit code {code})") from None
 
     def request(self, kind: str, argument=None, timeout_s: float | None = None):
         """Send one request; returns the reply, or raises :class:`WorkerFailed`."""
@@ -340,12 +355,13 @@ class GpuWorker:
         self.conn.send((kind, argument))
         status, payload = self._receive(timeout_s or self.timeout_s, kind)
         if status == "error":
+            error_type, reason = payload
             if not self.process.is_alive() or self.process.exitcode is not None:
                 self.close()
-            raise WorkerFailed("crashed", payload)
+            raise WorkerFailed(Status.CRASHED, reason, error_type)
         return payload
 
-    def baselines(self) -> dict[str, dict[str, float | None]]:
+    def baselines(self) -> dict[str, dict]:
         """SDPA per shape, measured now (building inputs and references on the way)."""
         return self.request("baselines", timeout_s=max(self.timeout_s, START_TIMEOUT_S))
 
@@ -354,15 +370,18 @@ class GpuWorker:
         try:
             return self.request("trial", config)
         except WorkerFailed as failure:
-            return TrialOutcome(status=failure.status, reason=failure.reason)
+            return TrialOutcome(status=failure.status, reason=failure.reason, error_type=failure.error_type)
+
+    def retime(self, orders: dict[str, list[list[Config]]]) -> dict[str, dict[str, list[float]]]:
+        """Configs timed together, round by round: label -> config key -> ms per round."""
+        budget = max(self.timeout_s, START_TIMEOUT_S) * max(1, len(orders))
+        return self.request("retime", orders, timeout_s=budget)
 
     def close(self) -> None:
         if self.process is not None:
             if self.process.is_alive():
-                try:
+                with contextlib.suppress(OSError, BrokenPipeError):
                     self.conn.send(None)
-                except (OSError, BrokenPipeError):
-                    pass
                 self.process.join(2)
             if self.process.is_alive():
                 self.process.kill()

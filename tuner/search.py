@@ -139,3 +139,64 @@ def grid_left(study: optuna.Study, space: SearchSpace) -> int:
     taken = {t.system_attrs["grid_id"] for t in study.get_trials(deepcopy=False)
              if "grid_id" in t.system_attrs and t.state != TrialState.WAITING}
     return grid_size(space) - len(taken)
+
+
+class SearchSession:
+    """One sweep's side of an Optuna study in RDB storage: ask, tell and resume.
+
+    Args:
+        url: the database URL (Optuna's tables sit beside the store's).
+        name: the Optuna study name.
+        sampler: ``tpe``, ``grid`` or ``random``.
+        space: the study's space.
+        seed: the sampler's seed.
+        trials: the study's total trial budget, counting earlier runs (ignored by grid).
+        attrs: user attributes for the study (metric, target, GPU).
+    """
+
+    def __init__(self, url: str, name: str, sampler: str, space: SearchSpace, seed: int | None, trials: int | None,
+                 attrs: dict):
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.space, self.grid = space, sampler == "grid"
+        self.storage = optuna.storages.RDBStorage(url)
+        self.study = optuna.create_study(study_name=name, storage=self.storage, direction="maximize",
+                                         sampler=make_sampler(sampler, space, seed), load_if_exists=True)
+        self.study_id = self.storage.get_study_id_from_name(name)
+        for key, value in attrs.items():
+            self.study.set_user_attr(key, value)
+        self.distributions = distributions(space, sampler)
+        self.total = grid_size(space) if self.grid else (trials or 100)
+        self.orphans, self.foreign = orphaned_trials(self.study)
+        self.me = owner()
+
+    def finished(self) -> int:
+        return sum(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
+
+    def trial(self, number: int) -> optuna.trial.Trial:
+        """A handle on a trial asked earlier (perhaps by a sweep that died)."""
+        return optuna.trial.Trial(self.study,
+                                  self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number))
+
+    def ask(self) -> tuple[int, Config] | None:
+        """The next trial: an orphan of a dead sweep first, then a new one; None when done."""
+        if self.orphans:
+            orphan, self.orphans = self.orphans[0], self.orphans[1:]
+            self.trial(orphan.number).set_user_attr(OWNER_ATTR, self.me)
+            return orphan.number, orphan.config
+        if self.grid:
+            if grid_left(self.study, self.space) <= 0:
+                return None
+        elif sum(t.state.is_finished() or t.state == TrialState.RUNNING
+                 for t in self.study.get_trials(deepcopy=False)) >= self.total:
+            return None
+        trial = self.study.ask(self.distributions)
+        trial.set_user_attr(OWNER_ATTR, self.me)
+        return trial.number, config_of(trial.params)
+
+    def tell(self, number: int, value: float, attrs: dict) -> None:
+        """Finish a trial: its attributes, the rejected constraint (value 0), then its value."""
+        trial = self.trial(number)
+        for key, item in attrs.items():
+            trial.set_user_attr(key, item)
+        trial.set_constraint(REJECTED_CONSTRAINT, 0.0 if value > 0 else 1.0)
+        self.study.tell(number, value)

@@ -11,6 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 
 REGISTER_LIMIT = 255      # per thread, on every target in tuner.gpus
+THREADS_PER_BLOCK = 1024  # on every target in tuner.gpus
 MMA_TILE = (16, 8)        # the smallest mma.sync tile one warp owns (M x N)
 
 DEFAULT_SPACE = {
@@ -36,7 +37,7 @@ class Config:
         return f"{self.block_m}x{self.block_n}_w{self.num_warps}_s{self.num_stages}"
 
     @classmethod
-    def parse(cls, text: str) -> "Config":
+    def parse(cls, text: str) -> Config:
         """Parse ``BM,BN,WARPS,STAGES`` (or the ``key`` form).
 
         Raises:
@@ -60,12 +61,16 @@ class Config:
 def restriction(config: Config, head_dim: int) -> str | None:
     """Why the kernel cannot use this config at this head dim, or None.
 
-    Two rules, both lower bounds that no compiler can beat:
+    Three rules, each a limit no compiler can beat:
+      * threads: a block holds at most 1024 threads (32 warps);
       * registers: the fp32 score tile S [BLOCK_M, BLOCK_N] and output accumulator
         O [BLOCK_M, D] live in registers, spread over 32 * num_warps threads;
       * warps: each warp needs at least one 16x8 mma tile of S, or it idles.
     """
     threads = 32 * config.num_warps
+    if threads > THREADS_PER_BLOCK:
+        return (f"threads: {config.num_warps} warps are {threads} threads per block "
+                f"> {THREADS_PER_BLOCK}; use at most {THREADS_PER_BLOCK // 32} warps")
     accumulator_regs = (config.block_m * config.block_n + config.block_m * head_dim) // threads
     if accumulator_regs > REGISTER_LIMIT:
         return (f"registers: S and O accumulators alone need {accumulator_regs} per thread "
@@ -95,6 +100,3 @@ class SearchSpace:
     def configs(self, head_dim: int) -> list[Config]:
         """The combinations that pass :func:`restriction` at this head dim."""
         return [c for c in self.all_configs() if restriction(c, head_dim) is None]
-
-    def as_dict(self) -> dict[str, list[int]]:
-        return {name: list(getattr(self, name)) for name in DEFAULT_SPACE}

@@ -1,38 +1,55 @@
 """The results store: SQLAlchemy 2.0 ORM over any database URL (SQLite by default).
 
-Three tables, all prefixed ``fa2_`` so that Optuna's own tables (its RDB storage is
-pointed at the same URL) sit beside them:
+Tables, all prefixed ``fa2_`` so that Optuna's own tables (its RDB storage is pointed
+at the same URL) sit beside them:
 
+* :class:`StudyRecord`: each study name once, with the fingerprint of its definition,
+  so a different study that reuses the name is refused rather than mixed in.
 * :class:`Run`: one invocation of the sweep: the target, the GPU actually used, versions.
 * :class:`Baseline`: SDPA's flash and cuDNN times for one shape, measured in that run.
 * :class:`Result`: one config on one shape of one study, with the outcome of every
   stage (budget, compile, correctness, timing) and the reason it stopped where it did.
+* :class:`Finalist`: the best configs of a shape re-timed together after the search,
+  in rounds; the one with the best median is the shape's winner.
 
 Every result is committed on its own (:meth:`Store.session`), so a crash loses at most
 the trial in flight. ``pct_flash`` is 100 x SDPA-flash time / our time: above 100 is
-faster than SDPA.
+faster than SDPA. Readers open a store with ``create=False``: a mistyped path is an
+error, never a new empty database.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint, create_engine, \
-    select
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    delete,
+    inspect,
+    select,
+)
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-DEFAULT_URL = "sqlite:///studies/tuning.db"
+DEFAULT_OUT = "fa2-out"
+DEFAULT_URL = f"sqlite:///{DEFAULT_OUT}/tuning.db"
+TABLES = ("fa2_runs", "fa2_results")     # a store has these; Optuna's tables alone are not one
 
-# Outcomes of a config on a shape. Everything but TIMED is a rejection with a reason.
-TIMED = "timed"
-INCORRECT = "incorrect"
-CRASHED = "crashed"
-TIMEOUT = "timeout"
-PENDING = "pending"          # passed the budget stage where no GPU could take it further
+
+class StoreError(RuntimeError):
+    """The database cannot be used as a store; the message says why and what to do."""
 
 
 def now() -> dt.datetime:
@@ -41,6 +58,17 @@ def now() -> dt.datetime:
 
 class Base(DeclarativeBase):
     pass
+
+
+class StudyRecord(Base):
+    """A study name, and the fingerprint of the definition stored under it."""
+
+    __tablename__ = "fa2_studies"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    path: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
 
 
 class Run(Base):
@@ -73,6 +101,9 @@ class Baseline(Base):
     phase: Mapped[str | None] = mapped_column(String(8), default="start")   # start, or end (drift check)
     flash_ms: Mapped[float | None] = mapped_column(Float)
     cudnn_ms: Mapped[float | None] = mapped_column(Float)
+    flash_host_us: Mapped[float | None] = mapped_column(Float)
+    cudnn_host_us: Mapped[float | None] = mapped_column(Float)
+    timer: Mapped[str | None] = mapped_column(String(16))       # cuda_graph, do_bench or wall_clock
     measured_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
 
 
@@ -107,7 +138,7 @@ class Result(Base):
     block_n: Mapped[int] = mapped_column(Integer)
     num_warps: Mapped[int] = mapped_column(Integer)
     num_stages: Mapped[int] = mapped_column(Integer)
-    # outcome: TIMED, or the stage's rejection (a budget verdict, INCORRECT, CRASHED, TIMEOUT)
+    # outcome: a tuner.status.Status (TIMED, or the stage's rejection) and the tuner.status.Stage
     status: Mapped[str] = mapped_column(String(24), index=True)
     stage: Mapped[str] = mapped_column(String(16))             # the last stage reached
     reason: Mapped[str] = mapped_column(Text, default="")
@@ -123,9 +154,13 @@ class Result(Base):
     err_out: Mapped[float | None] = mapped_column(Float)
     err_lse: Mapped[float | None] = mapped_column(Float)
     err_bound: Mapped[float | None] = mapped_column(Float)
-    ragged_err_out: Mapped[float | None] = mapped_column(Float)
-    # timing, with SDPA measured in the same run
+    lse_bound: Mapped[float | None] = mapped_column(Float)
+    ragged_err_out: Mapped[float | None] = mapped_column(Float)    # the worst of the gate shapes
+    ragged_err_lse: Mapped[float | None] = mapped_column(Float)
+    # timing, with SDPA measured in the same run: GPU time, and the host time of a call
     ms: Mapped[float | None] = mapped_column(Float)
+    host_us: Mapped[float | None] = mapped_column(Float)
+    timer: Mapped[str | None] = mapped_column(String(16))       # cuda_graph, do_bench or wall_clock
     tflops: Mapped[float | None] = mapped_column(Float)
     flash_ms: Mapped[float | None] = mapped_column(Float)
     cudnn_ms: Mapped[float | None] = mapped_column(Float)
@@ -137,11 +172,33 @@ class Result(Base):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
 
 
+class Finalist(Base):
+    """One of a shape's best configs, re-timed with the others in interleaved rounds."""
+
+    __tablename__ = "fa2_finalists"
+    __table_args__ = (UniqueConstraint("study", "target", "gpu", "shape", "config"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("fa2_runs.id"), index=True)
+    study: Mapped[str] = mapped_column(String(128), index=True)
+    target: Mapped[str] = mapped_column(String(16))
+    gpu: Mapped[str] = mapped_column(String(128))
+    shape: Mapped[str] = mapped_column(String(96))
+    config: Mapped[str] = mapped_column(String(32))
+    rank: Mapped[int] = mapped_column(Integer)                  # 1: the winner (best median)
+    rounds: Mapped[int] = mapped_column(Integer)
+    median_ms: Mapped[float] = mapped_column(Float)
+    min_ms: Mapped[float] = mapped_column(Float)
+    max_ms: Mapped[float] = mapped_column(Float)
+    spread: Mapped[float] = mapped_column(Float)                # (max - min) / median
+    times: Mapped[str] = mapped_column(Text)                    # ms per round, JSON
+    timer: Mapped[str | None] = mapped_column(String(16))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
+
+
 def _add_missing_columns(engine) -> None:
     """Bring a database made by an older fa2-tuner up to date: columns added since are
     nullable, so ``ALTER TABLE ... ADD COLUMN`` keeps every stored row."""
-    from sqlalchemy import inspect
-
     inspector = inspect(engine)
     with engine.begin() as connection:
         for table in Base.metadata.sorted_tables:
@@ -152,25 +209,76 @@ def _add_missing_columns(engine) -> None:
                     connection.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
-class Store:
-    """A database of runs, baselines and results (created on first use)."""
+def _create_tables(engine) -> None:
+    """``create_all``, tolerant of another process creating the same tables at the same time."""
+    for attempt in range(5):
+        try:
+            Base.metadata.create_all(engine)
+            _add_missing_columns(engine)
+            return
+        except OperationalError as exc:
+            if "already exists" not in str(exc) and "duplicate column" not in str(exc) or attempt == 4:
+                raise
 
-    def __init__(self, url: str = DEFAULT_URL):
+
+class Store:
+    """A database of studies, runs, baselines, results and finalists.
+
+    Args:
+        url: any SQLAlchemy URL.
+        create: make the database and its tables if missing (the sweep); readers pass
+            False, and a database that is missing or holds no fa2-tuner tables is a
+            :class:`StoreError`.
+
+    Raises:
+        StoreError: the URL names no usable store; the message says why.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, create: bool = True):
         self.url = url
-        parsed = make_url(url)
+        try:
+            parsed = make_url(url)
+            backend = parsed.get_backend_name()
+        except Exception as exc:
+            raise StoreError(f"{url!r} is not a database URL ({type(exc).__name__}); "
+                             f"e.g. {DEFAULT_URL}") from None
+        try:
+            parsed.get_dialect()
+        except Exception as exc:
+            raise StoreError(f"{url!r}: SQLAlchemy cannot load a driver for {parsed.drivername!r} "
+                             f"({type(exc).__name__}); e.g. {DEFAULT_URL} or postgresql+psycopg://host/db "
+                             f"with psycopg installed") from None
+        file = parsed.database if backend == "sqlite" and parsed.database not in (None, "", ":memory:") else None
         connect_args = {}
-        if parsed.get_backend_name() == "sqlite":
-            if parsed.database and parsed.database != ":memory:":
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        if backend == "sqlite":
+            if file and not create and not Path(file).is_file():
+                raise StoreError(f"{url}: no such database file {file!r}")
+            if file and create:
+                try:
+                    Path(file).parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StoreError(f"{url}: cannot make the folder for {file!r}: {exc.strerror or exc}") from None
             # Optuna's engine writes the same file; wait for its lock rather than fail.
             connect_args = {"timeout": 60}
-        self.engine = create_engine(url, connect_args=connect_args)
-        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            with self.engine.connect() as connection:
-                # Write-ahead logging: a commit survives kill -9 and costs one sync, not several.
-                connection.exec_driver_sql("PRAGMA journal_mode=WAL")
-        Base.metadata.create_all(self.engine)
-        _add_missing_columns(self.engine)
+        try:
+            self.engine = create_engine(url, connect_args=connect_args)
+            if file and create:
+                with self.engine.connect() as connection:
+                    # Write-ahead logging: a commit survives kill -9 and costs one sync, not several.
+                    connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+            if create:
+                _create_tables(self.engine)
+            else:
+                present = set(inspect(self.engine).get_table_names())
+                if not set(TABLES) <= present:
+                    raise StoreError(f"{url}: not an fa2-tuner store (no {', '.join(TABLES)} tables); "
+                                     f"run python -m tuner.sweep with --storage {url} first")
+                _add_missing_columns(self.engine)
+        except StoreError:
+            raise
+        except Exception as exc:
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise StoreError(f"{url}: cannot open: {type(exc).__name__}: {detail[:300]}") from None
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -198,25 +306,52 @@ class Store:
             return list(session.scalars(query.order_by(Result.id)))
 
     def replace_results(self, rows: list[Result]) -> None:
-        """Store rows, replacing earlier rows for the same (study, target, gpu, shape, config)."""
+        """Store rows, replacing earlier rows for the same (study, target, gpu, shape, config).
+
+        One transaction; if another process commits the same keys first (the unique
+        constraint fires), the transaction is redone once, and this one's rows win.
+        """
+        for attempt in range(2):
+            try:
+                with self.session() as session:
+                    for row in rows:
+                        session.execute(delete(Result).where(
+                            Result.study == row.study, Result.target == row.target, Result.gpu == row.gpu,
+                            Result.shape == row.shape, Result.config == row.config))
+                    session.add_all(rows)
+                return
+            except IntegrityError:
+                if attempt:
+                    raise
+
+    def claim_study(self, name: str, fingerprint: str, path: str) -> StudyRecord:
+        """Record the study's fingerprint, or return the one already stored under ``name``."""
         with self.session() as session:
-            for row in rows:
-                old = session.scalar(select(Result).where(
-                    Result.study == row.study, Result.target == row.target, Result.gpu == row.gpu,
-                    Result.shape == row.shape, Result.config == row.config))
-                if old is not None:
-                    session.delete(old)
-                    session.flush()
-                session.add(row)
+            record = session.get(StudyRecord, name)
+            if record is None:
+                record = StudyRecord(name=name, fingerprint=fingerprint, path=path)
+                session.add(record)
+        return record
 
     def runs(self, study: str | None = None) -> list[Run]:
         query = select(Run) if study is None else select(Run).where(Run.study == study)
         with self.session() as session:
             return list(session.scalars(query.order_by(Run.id)))
 
-    def baselines(self, run_id: int) -> list[Baseline]:
+    def finalists(self, study: str, target: str, gpu: str | None = None) -> list[Finalist]:
+        query = select(Finalist).where(Finalist.study == study, Finalist.target == target)
+        if gpu is not None:
+            query = query.where(Finalist.gpu == gpu)
         with self.session() as session:
-            return list(session.scalars(select(Baseline).where(Baseline.run_id == run_id)))
+            return list(session.scalars(query.order_by(Finalist.shape, Finalist.rank)))
+
+    def replace_finalists(self, rows: list[Finalist]) -> None:
+        """Store a re-timing, replacing earlier finalists of the same shapes."""
+        with self.session() as session:
+            for shape in {(r.study, r.target, r.gpu, r.shape) for r in rows}:
+                session.execute(delete(Finalist).where(Finalist.study == shape[0], Finalist.target == shape[1],
+                                                       Finalist.gpu == shape[2], Finalist.shape == shape[3]))
+            session.add_all(rows)
 
     def finish_run(self, run_id: int, status: str) -> None:
         with self.session() as session:

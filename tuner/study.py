@@ -20,23 +20,30 @@ A study is a TOML file in ``studies/``::
     [objective]               # optional
     metric = "speedup_vs_flash"  # or speedup_vs_cudnn, tflops; geometric mean over shapes
 
-    [timing]                  # optional: triton.testing.do_bench's budget per shape
+    [timing]                  # optional: per shape, how long to warm up and to time
     warmup_ms = 10
     rep_ms = 40
 
 Several ``[[problem]]`` tables may be given instead of one ``[problem]``. Every error
-names the file, the field and what is allowed (:class:`StudyError`).
+names the file, the field and what is allowed (:class:`StudyError`). The shipped
+studies are package data (``tuner.studies``), found from any working directory.
+A study's :attr:`Study.fingerprint` identifies its definition, so that the store can
+refuse a different study that reuses a stored name.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import itertools
+import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path
 
-from tuner._budget import DTYPE_BYTES, Problem, specialisation
+from tuner.budget import specialisation
+from tuner.problem import DTYPE_BYTES, HEAD_DIMS, Problem
 from tuner.space import DEFAULT_SPACE, Config, SearchSpace
 
 if sys.version_info >= (3, 11):
@@ -44,8 +51,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-STUDIES_DIR = Path(__file__).resolve().parent.parent / "studies"
-HEAD_DIMS = (16, 32, 64, 128, 256)
 METRICS = ("speedup_vs_flash", "speedup_vs_cudnn", "tflops")
 PROBLEM_FIELDS = ("batch", "heads", "n", "n_q", "n_k", "head_dim", "dtype", "causal")
 RESTRICTION_NAMES = ("block_m", "block_n", "num_warps", "num_stages", "head_dim")
@@ -99,21 +104,48 @@ class Study:
         head_dims = sorted({s.head_dim for s in self.shapes})
         return [c for c in self.space.all_configs() if all(self.allowed(c, d) for d in head_dims)]
 
+    @property
+    def fingerprint(self) -> str:
+        """A hash of what the study measures (shapes, space, restrictions, metric, timing),
+        not of its file: comments and the description may change, the definition may not."""
+        definition = dict(name=self.name, shapes=[asdict(s) for s in self.shapes], space=asdict(self.space),
+                          restrictions=list(self.restrictions), metric=self.metric, timing=asdict(self.timing))
+        return hashlib.sha256(json.dumps(definition, sort_keys=True).encode()).hexdigest()[:16]
+
 
 # ------------------------------------------------------------------------------ loading
 
 
-def resolve(name_or_path: str) -> Path:
-    """A study by path, or by name in ``studies/`` (``article`` -> ``studies/article.toml``)."""
+def shipped() -> dict[str, str]:
+    """The studies that ship with fa2-tuner: name -> TOML text."""
+    found = {}
+    for entry in resources.files("tuner.studies").iterdir():
+        if entry.name.endswith(".toml"):
+            found[entry.name.removesuffix(".toml")] = entry.read_text()
+    return dict(sorted(found.items()))
+
+
+def _read(name_or_path: str) -> tuple[str, str]:
+    """(where, text) of a study given by path or by the name of a shipped study."""
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise StudyError(f"--study is empty; give a study file or one of: {', '.join(shipped())}")
     path = Path(name_or_path)
+    if path.is_dir():
+        raise StudyError(f"study {name_or_path!r} is a directory; give a .toml file in it or a study name "
+                         f"({', '.join(shipped())})")
     if path.exists():
-        return path
-    candidate = STUDIES_DIR / f"{name_or_path.removesuffix('.toml')}.toml"
-    if candidate.exists():
-        return candidate
-    available = ", ".join(sorted(p.stem for p in STUDIES_DIR.glob("*.toml"))) or "none"
-    raise StudyError(f"study {name_or_path!r} not found: not a file, and not a name in {STUDIES_DIR} "
-                     f"(available: {available})")
+        try:
+            return str(path), path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise StudyError(f"{path}: not a text file (not UTF-8); a study is a TOML file") from None
+        except OSError as exc:
+            raise StudyError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    name = name_or_path.removesuffix(".toml")
+    studies = shipped()
+    if name in studies:
+        return f"<shipped study {name}>", studies[name]
+    raise StudyError(f"study {name_or_path!r} not found: not a file, and not a shipped study "
+                     f"(available: {', '.join(studies) or 'none'})")
 
 
 def load(name_or_path: str) -> Study:
@@ -123,14 +155,13 @@ def load(name_or_path: str) -> Study:
         StudyError: the file is missing, not TOML, or a field is wrong; the message
             names the file, the field and the allowed values.
     """
-    path = resolve(name_or_path)
+    where, text = _read(name_or_path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise StudyError(f"{path}: not valid TOML: {exc}") from None
-    where = str(path)
+        raise StudyError(f"{where}: not valid TOML: {exc}") from None
     _only(data, TOP_FIELDS, where, "top level")
-    name = data.get("name", path.stem)
+    name = data.get("name", Path(name_or_path).stem)
     if not isinstance(name, str) or not name or not all(ch.isalnum() or ch in "-_." for ch in name):
         raise StudyError(f"{where}: name = {name!r} must be a non-empty string of letters, digits, '-', '_', '.'")
     problems = data.get("problem")
@@ -157,7 +188,7 @@ def load(name_or_path: str) -> Study:
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 10_000:
             raise StudyError(f"{where}: [timing] {key} = {value!r} must be an integer from 1 to 10000 (ms)")
     study = Study(name=name, description=str(data.get("description", "")), shapes=tuple(shapes), space=space,
-                  restrictions=restrictions, metric=metric, timing=Timing(**timing_table), path=str(path))
+                  restrictions=restrictions, metric=metric, timing=Timing(**timing_table), path=where)
     if not study.configs():
         raise StudyError(f"{where}: [space] restrictions leave no config to search")
     return study

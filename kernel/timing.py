@@ -1,0 +1,205 @@
+"""Stopwatches for the kernel and for SDPA: GPU time without the host, and host time alone.
+
+* :func:`gpu_time` times the GPU work of a call by replaying a CUDA graph of it, so the
+  Python launcher (ours or SDPA's) is out of the number at every size. Where a call
+  cannot be captured it falls back to ``triton.testing.do_bench`` and says so.
+* **L2 policy: cold inputs.** The call is given several input sets (built by the
+  caller, see :func:`input_sets`), enough that together they hold at least twice the
+  GPU's L2 cache, and the graph cycles through them. Every launch then reads its inputs
+  from HBM, as ``do_bench``'s L2 flush made it do, but without a flush in the timed loop.
+* :func:`host_us` is the host time per call: the rate at which calls are enqueued,
+  back to back, before a single synchronise.
+
+Both are used the same way for our kernel and for SDPA, so ratios compare like with like.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+GRAPH, DO_BENCH, WALL = "cuda_graph", "do_bench", "wall_clock"
+DEFAULT_L2_BYTES = 50 << 20
+MAX_SETS = 64
+
+
+def attention_flops(batch: int, heads: int, n_q: int, n_k: int, head_dim: int, causal: bool) -> float:
+    """Two matmuls of N_q x N_k x D multiply-adds; causal counts the lower triangle only."""
+    flops = 4.0 * batch * heads * n_q * n_k * head_dim
+    if causal:
+        # Kept keys per query i are min(i + 1, N_k), top-left aligned.
+        kept = sum(min(i + 1, n_k) for i in range(n_q)) if n_q <= 65536 else n_q * n_k / 2
+        flops *= kept / (n_q * n_k)
+    return flops
+
+
+def environment() -> dict[str, str]:
+    """GPU, versions and date, for every recorded result."""
+    import triton
+
+    info = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+            "gpu": "none", "driver": "n/a", "cuda": str(torch.version.cuda)}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info["gpu"] = f"{props.name} (sm_{props.major}{props.minor}, {props.multi_processor_count} SMs)"
+        try:
+            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                            capture_output=True, text=True, timeout=20).stdout.strip() or "unknown"
+        except (OSError, subprocess.SubprocessError):
+            info["driver"] = "unknown"
+    return info
+
+
+def environment_line(env: dict[str, str]) -> str:
+    """``GPU: ...; driver ...; torch ...; triton ...; date``, the header of every results file."""
+    return f"GPU: {env['gpu']}; driver {env['driver']}; torch {env['torch']}; triton {env['triton']}; {env['date']}"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median GPU time of one call, and how it was taken."""
+
+    ms: float
+    method: str
+
+
+def l2_bytes() -> int:
+    if not torch.cuda.is_available():
+        return DEFAULT_L2_BYTES
+    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or DEFAULT_L2_BYTES)
+
+
+def input_sets(bytes_per_set: int) -> int:
+    """How many input sets make the timed loop read from HBM (at least 2x L2 in all)."""
+    return max(1, min(MAX_SETS, math.ceil(2 * l2_bytes() / max(bytes_per_set, 1))))
+
+
+def do_bench_median(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> float:
+    """Median ms of ``fn`` by ``triton.testing.do_bench``: warm-up, L2 flush, CUDA events."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def _one_pass_ms(calls: Sequence[Callable[[], object]]) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for call in calls:
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0) -> float:
+    """Median GPU ms per call, from replays of a CUDA graph that cycles through ``calls``.
+
+    One replay holds whole passes over ``calls`` worth about a millisecond of GPU time,
+    so the gaps between replays are a small share; ``rep_ms`` of replays are timed one
+    by one with CUDA events, and the median replay is divided by the calls it holds.
+
+    Raises:
+        RuntimeError: the calls cannot be captured (the caller falls back to do_bench).
+    """
+    side = torch.cuda.Stream()               # warm up on the stream that captures: handles made per stream
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:                   # compile and load outside the capture
+            call()
+    torch.cuda.synchronize()
+    pass_ms = max(min(_one_pass_ms(calls) for _ in range(3)), 1e-4)
+    passes = max(1, min(200, round(1.0 / pass_ms)))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        for _ in range(passes):
+            for call in calls:
+                call()
+    graph.replay()
+    torch.cuda.synchronize()
+    replays = max(10, min(2000, int(rep_ms / (pass_ms * passes))))
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+    for start, end in events:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    per_call = [start.elapsed_time(end) / (passes * len(calls)) for start, end in events]
+    del graph
+    return statistics.median(per_call)
+
+
+def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup_ms: int = 10) -> Timing:
+    """GPU time per call by graph replay, or ``do_bench`` where capture fails (see module doc)."""
+    try:
+        return Timing(graph_time_ms(calls, rep_ms), GRAPH)
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return Timing(do_bench_median(calls[0], warmup_ms, int(rep_ms)), DO_BENCH)
+
+
+def host_us(call: Callable[[], object], calls: int = 100, batches: int = 5) -> float:
+    """Host microseconds per call: ``calls`` enqueued back to back, timed before one sync.
+
+    The median of ``batches`` such runs; the GPU's own time does not enter as long as
+    its queue does not fill (a few hundred launches).
+    """
+    call()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def sdpa_call(q, k, v, causal: bool) -> Callable[[], object]:
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def time_sdpa(sets: Sequence[tuple], causal: bool, rep_ms: float = 40.0,
+              warmup_ms: int = 10) -> dict[str, dict[str, float | str | None]]:
+    """Each SDPA backend on the input sets ``[(q, k, v), ...]``: GPU ms, host µs, method.
+
+    The backend is pinned once around its measurements, not inside the timed call.
+    A backend that refuses the shape gets None.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    results: dict[str, dict[str, float | str | None]] = {}
+    for backend, name in SDPA_BACKENDS.items():
+        with sdpa_kernel(getattr(SDPBackend, name)):
+            calls = [sdpa_call(q, k, v, causal) for q, k, v in sets]
+            try:
+                calls[0]()
+                torch.cuda.synchronize()
+            except RuntimeError:
+                results[backend] = {"ms": None, "host_us": None, "method": None}
+                continue
+            timing = gpu_time(calls, rep_ms, warmup_ms)
+            results[backend] = {"ms": timing.ms, "host_us": host_us(calls[0]), "method": timing.method}
+    return results
+
+
+def warm_gpu(seconds: float = 1.5) -> None:
+    """Keep the GPU busy for a moment so its clocks are up before anything is timed
+    (an idle H200 sits at a few hundred MHz and takes a while to ramp)."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for _ in range(20):
+            a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()

@@ -1,0 +1,124 @@
+"""The emitted @triton.autotune list: winners, finalists within the noise, the budget guard."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import types
+
+import pytest
+import torch
+
+from tuner import emit
+from tuner.gpus import GpuSpec
+from tuner.problem import Problem
+from tuner.space import Config
+from tuner.store import Finalist
+
+HAND = types.SimpleNamespace(name="hand")
+SM90 = GpuSpec.from_name("sm_90")
+S1, S2 = "B1 H2 Nq128 Nk128 D64 bf16", "B1 H2 Nq128 Nk128 D64 bf16 causal"
+
+
+def _keys(module) -> list[str]:
+    return [f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}_w{c.num_warps}_s{c.num_stages}" for c in module.CONFIGS]
+
+
+def _load(path):
+    spec = importlib.util.spec_from_file_location("emitted", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_shapes_winner_among_configs_timed_on_every_shape(hand_store, tmp_path):
+    emitted = emit.emit(hand_store(), HAND, SM90, top=0)
+    emit.write(emitted, tmp_path / "c.py")
+    module = _load(tmp_path / "c.py")
+    # 64x128 is fastest on S1 but crashed on S2: never in the list
+    assert _keys(module) == ["64x64_w4_s2", "128x64_w8_s2"]      # one win each; then by score
+    assert "best for B1 H2 Nq128 Nk128 D64 bf16: 0.0090 ms" in emitted.text
+    assert "best for B1 H2 Nq128 Nk128 D64 bf16 causal: 0.0080 ms" in emitted.text
+    assert module.KEY == ["N_Q", "N_K", "HEAD_DIM", "CAUSAL"]
+    assert "222% of SDPA-flash" in emitted.text and "smem 24576 B of 232448 B on sm_90" in emitted.text
+
+
+def test_top_adds_the_best_across_shapes(hand_store):
+    keys = [e.config.key for e in emit.emit(hand_store(), HAND, SM90, top=3).entries]
+    assert keys == ["64x64_w4_s2", "128x64_w8_s2", "128x128_w8_s2"]
+
+
+def test_finalists_decide_the_winner_and_a_runner_up_within_the_noise_is_kept(hand_store):
+    db = hand_store()
+    run_id = db.runs()[0].id
+
+    def finalist(shape, config, rank, times):
+        return Finalist(run_id=run_id, study="hand", target="sm_90", gpu="NVIDIA H200 (sm_90)", shape=shape,
+                        config=config, rank=rank, rounds=len(times), median_ms=sorted(times)[len(times) // 2],
+                        min_ms=min(times), max_ms=max(times), spread=0, times=json.dumps(times))
+
+    db.replace_finalists([
+        finalist(S1, "64x64_w4_s2", 1, [0.0090, 0.0091, 0.0090, 0.0092, 0.0090]),      # re-timed: now first
+        finalist(S1, "128x64_w8_s2", 2, [0.0091, 0.0090, 0.0093, 0.0091, 0.0091]),     # 1.1% behind, 3% noise
+        finalist(S2, "64x64_w4_s2", 1, [0.0080, 0.0080, 0.0081, 0.0080, 0.0080]),
+        finalist(S2, "128x128_w8_s2", 2, [0.0090, 0.0091, 0.0090, 0.0090, 0.0090]),    # 12% behind
+    ])
+    emitted = emit.emit(db, HAND, SM90, top=0)
+    assert [e.config.key for e in emitted.entries] == ["64x64_w4_s2", "128x64_w8_s2"]
+    assert "winner 64x64_w4_s2, runner-up 128x64_w8_s2, 1.1% apart, noise 3.3% (within the noise" in emitted.text
+    assert "kept for B1 H2 Nq128 Nk128 D64 bf16: 0.0091 ms (median of 5 rounds)" in emitted.text
+    assert '"BLOCK_M": 128, "BLOCK_N": 128' not in emitted.text                 # clearly behind: not kept
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"128x64_w8_s2": {"smem_bytes": 232449}}, "128x64_w8_s2 does not fit sm_90"),
+    ({"64x64_w4_s2": {"smem_limit_bytes": 1000}}, "64x64_w4_s2 does not fit sm_90"),
+])
+def test_emit_refuses_a_config_over_the_budget(hand_store, overrides, fragment):
+    with pytest.raises(emit.EmitError, match=fragment):
+        emit.emit(hand_store(overrides), HAND, SM90, top=0)
+
+
+def test_the_budget_guard_applies_the_targets_model():
+    """A config timed on an H200 but over sm_89's shared memory is refused for sm_89."""
+    from tuner.store import Result
+
+    row = Result(status="timed", batch=1, heads=1, n_q=128, n_k=128, head_dim=128, dtype="bf16", causal=False,
+                 shape="s", smem_bytes=None, smem_limit_bytes=None)
+    entry = emit.Entry(Config(128, 128, 8, 3), 1.0, [row])
+    emit.check_budget([entry], SM90)
+    with pytest.raises(emit.EmitError, match="does not fit sm_89"):
+        emit.check_budget([entry], GpuSpec.from_name("sm_89"))
+
+
+def test_emit_cli_writes_under_out_and_exits_2_without_timed_results(hand_store, tmp_path, capsys):
+    db = hand_store()
+    study = tmp_path / "hand.toml"
+    study.write_text('name = "hand"\n[problem]\nbatch = 1\nheads = 2\nn = 128\ncausal = [false, true]\n')
+    out = tmp_path / "configs.py"
+    assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url, "--out", str(out)]) == 0
+    assert out.read_text() in capsys.readouterr().out
+    empty = tmp_path / "empty.toml"
+    empty.write_text('name = "nothing"\n[problem]\nn = 128\n')
+    assert emit.main(["--study", str(empty), "--gpu", "sm_90", "--storage", db.url]) == 2
+    assert "was timed on every shape" in capsys.readouterr().err
+
+
+def test_shipped_config_list_fits_sm_90_and_runs_in_the_autotuned_entry_point(device, fresh_inputs,
+                                                                            assert_matches_reference):
+    from kernel.autotuned import AutotunedFlashAttention
+    from kernel.configs_h200 import CONFIGS, KEY
+    from tuner.budget import verdict
+
+    for config in CONFIGS:
+        c = Config(config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps, config.num_stages)
+        for causal in (False, True):
+            assert verdict(c, Problem(head_dim=64, causal=causal), SM90, None).launchable
+    # The interpreter cannot time configs; one config keeps autotune from benchmarking.
+    entry = AutotunedFlashAttention(CONFIGS if device == "cuda" else CONFIGS[:1], KEY)
+    for causal in (False, True):
+        q, k, v, seed = fresh_inputs((1, 2, 200, 64), (1, 2, 136, 64), torch.float16, device)
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full(q.shape[:-1], float("nan"), device=device)
+        entry(q, k, v, causal, out=out, lse=lse)
+        assert_matches_reference(out, lse, q, k, v, causal, seed, label="autotuned")

@@ -1,0 +1,66 @@
+"""The package as installed: studies ship as package data, every import is declared, CLIs resolve."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The wheel ``pip`` builds from the repo, unpacked into a folder of its own."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    str(ROOT)], check=True, capture_output=True, cwd=out)
+    wheel = next(out.glob("fa2_tuner-*.whl"))
+    site = out / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    return site
+
+
+def test_the_wheel_ships_the_studies_and_both_packages(installed):
+    assert {p.name for p in (installed / "tuner" / "studies").glob("*.toml")} >= {
+        "article.toml", "head_dim_128.toml", "long_context.toml", "autotune_race.toml"}
+    assert (installed / "kernel" / "flash_fwd.py").exists()
+    assert (installed / "tuner" / "budget" / "__main__.py").exists()
+    metadata = next(installed.glob("fa2_tuner-*.dist-info")) / "METADATA"
+    requires = [line for line in metadata.read_text().splitlines() if line.startswith("Requires-Dist")]
+    for name in ("torch", "triton", "optuna", "sqlalchemy", "plotly", "tqdm"):
+        assert any(name in line.lower() for line in requires), name
+    entry_points = (next(installed.glob("fa2_tuner-*.dist-info")) / "entry_points.txt").read_text()
+    assert "fa2-tuner = tuner.sweep:main" in entry_points
+
+
+def test_the_installed_package_finds_its_studies_from_another_folder(installed, tmp_path):
+    code = ("import tuner, tuner.study as s; assert 'site' in tuner.__file__, tuner.__file__; "
+            "print(s.load('article').name, s.load('head_dim_128').name)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            env={"PYTHONPATH": str(installed), "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["article", "head_dim_128"]
+    help_text = subprocess.run([sys.executable, "-m", "tuner.sweep", "--help"], cwd=tmp_path, capture_output=True,
+                               text=True, env={"PYTHONPATH": str(installed), "PATH": "/usr/bin:/bin"})
+    assert help_text.returncode == 0 and "examples:" in help_text.stdout
+
+
+def test_every_third_party_import_is_a_declared_dependency():
+    import ast
+
+    declared = {"torch", "triton", "optuna", "sqlalchemy", "plotly", "tqdm", "tomli", "numpy"}   # numpy: torch's
+    stdlib = set(sys.stdlib_module_names)
+    found = set()
+    for path in list((ROOT / "tuner").rglob("*.py")) + list((ROOT / "kernel").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                     else [])
+            found |= {name.split(".")[0] for name in names}
+    third_party = found - stdlib - {"tuner", "kernel", "__future__"}
+    assert third_party <= declared, third_party - declared

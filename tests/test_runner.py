@@ -1,0 +1,63 @@
+"""The isolated worker: every kind of fault becomes a recorded outcome, and the worker carries on."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.problem import Problem
+from tuner.runner import FAULT_ENV, GpuWorker
+from tuner.space import Config
+from tuner.status import Status
+
+SHAPES = [Problem(batch=1, heads=2, n_q=64, n_k=64, head_dim=16, dtype="fp32"),
+          Problem(batch=1, heads=2, n_q=64, n_k=64, head_dim=16, dtype="fp32", causal=True)]
+
+
+def test_worker_survives_crash_hang_raise_and_wrong_answers(monkeypatch):
+    good, crash, hang, wrong, raises = (Config(16, 16, 1, 1), Config(32, 16, 1, 1), Config(32, 32, 1, 1),
+                                        Config(16, 16, 1, 2), Config(32, 16, 1, 2))
+    monkeypatch.setenv(FAULT_ENV, f"{crash.key}:crash,{hang.key}:hang,{wrong.key}:wrong,{raises.key}:raise")
+    with GpuWorker(SHAPES, (1, 1), timeout_s=15, device="cpu") as worker:
+        assert worker.trial(good).status == Status.TIMED
+        crashed = worker.trial(crash)
+        assert crashed.status == Status.CRASHED and "exit code 77" in crashed.reason
+        hung = worker.trial(hang)
+        assert hung.status == Status.TIMEOUT and "15 s" in hung.reason
+        incorrect = worker.trial(wrong)
+        assert incorrect.status == Status.INCORRECT and "out rel err" in incorrect.reason
+        raised = worker.trial(raises)
+        assert raised.status == Status.CRASHED and raised.error_type == "RuntimeError"
+        assert "injected failure" in raised.reason
+        after = worker.trial(good)
+        assert after.status == Status.TIMED and all(s.ms and s.correct for s in after.shapes.values())
+        assert worker.restarts == 2
+
+
+@pytest.mark.parametrize("fault, where", [("wrong-lse", "lse rel err"), ("wrong-gate", "gate ragged")])
+def test_faults_that_touch_only_lse_or_only_the_gate_shapes_are_caught(monkeypatch, fault, where):
+    config = Config(16, 16, 1, 1)
+    monkeypatch.setenv(FAULT_ENV, f"{config.key}:{fault}")
+    with GpuWorker(SHAPES, (1, 1), timeout_s=60, device="cpu") as worker:
+        outcome = worker.trial(config)
+    assert outcome.status == Status.INCORRECT and where in outcome.reason, outcome.reason
+    shape = outcome.shapes[SHAPES[0].label]
+    assert not shape.correct and shape.bound_out and shape.bound_lse
+
+
+def test_a_correct_config_records_every_error_and_bound():
+    with GpuWorker(SHAPES, (1, 1), timeout_s=60, device="cpu") as worker:
+        outcome = worker.trial(Config(32, 16, 1, 1))
+    assert outcome.status == Status.TIMED
+    for shape in outcome.shapes.values():
+        assert shape.err_out <= shape.bound_out and shape.err_lse <= shape.bound_lse
+        assert shape.gate_err_out is not None and shape.gate_err_out <= shape.bound_out * 10
+        assert shape.timer == "wall_clock" and shape.ms > 0
+
+
+def test_retime_runs_every_config_once_per_round_in_the_given_orders():
+    a, b = Config(16, 16, 1, 1), Config(32, 16, 1, 1)
+    orders = {SHAPES[0].label: [[a, b], [b, a], [a, b]]}
+    with GpuWorker(SHAPES, (1, 1), timeout_s=60, device="cpu") as worker:
+        times = worker.retime(orders)
+    assert set(times) == {SHAPES[0].label}
+    assert {key: len(ms) for key, ms in times[SHAPES[0].label].items()} == {a.key: 3, b.key: 3}

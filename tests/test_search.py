@@ -1,0 +1,54 @@
+"""How the space is searched: Optuna encodings, and trials a dead sweep left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import optuna
+
+from tuner import search
+from tuner.space import Config
+from tuner.study import load
+
+
+def test_tpe_encoding_is_ordinal_and_decodes_to_configs():
+    space = load("article").space
+    dists = search.distributions(space, "tpe")
+    assert {type(d).__name__ for d in dists.values()} == {"IntDistribution"}
+    assert (dists["log2_block_m"].low, dists["log2_block_m"].high) == (4, 8)
+    config = search.config_of({"log2_block_m": 8, "log2_block_n": 6, "log2_num_warps": 4, "stages": 3})
+    assert config == Config(256, 64, 16, 3)
+    assert search.config_of({"block_m": 256, "block_n": 64, "num_warps": 16, "num_stages": 3}) == config
+
+
+def test_orphans_are_found_only_for_dead_processes(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'o.db'}", direction="maximize")
+    dists = search.distributions(load("article").space)
+    alive = study.ask(dists)
+    alive.set_user_attr(search.OWNER_ATTR, search.owner())
+    dead = study.ask(dists)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    dead.set_user_attr(search.OWNER_ATTR, f"{search.owner().rpartition(':')[0]}:{child.pid}")
+    orphans, foreign = search.orphaned_trials(study)
+    assert [o.number for o in orphans] == [dead.number] and foreign == 1
+
+
+def test_a_session_finishes_orphans_first_and_stops_at_the_grid(tmp_path, tiny):
+    space = load(str(tiny)).space
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    first = search.SearchSession(url, "s", "grid", space, 0, None, {"metric": "tflops"})
+    number, config = first.ask()
+    first.trial(number).set_user_attr(search.OWNER_ATTR, "elsewhere:1")     # a sweep on another host
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    number2, config2 = first.ask()
+    first.trial(number2).set_user_attr(search.OWNER_ATTR, f"{search.owner().rpartition(':')[0]}:{dead.pid}")
+    second = search.SearchSession(url, "s", "grid", space, 0, None, {})
+    assert second.foreign == 1 and second.ask() == (number2, config2)
+    seen = {config, config2}
+    while (answer := second.ask()) is not None:
+        seen.add(answer[1])
+        second.tell(answer[0], 1.0, {"config": answer[1].key})
+    assert len(seen) == search.grid_size(space) == 8

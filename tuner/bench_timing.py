@@ -1,0 +1,219 @@
+"""``python -m tuner.bench_timing``: the bars of the timing work, measured on a GPU.
+
+    python -m tuner.bench_timing host [--markdown PATH]
+    python -m tuner.bench_timing grids --storage URL --storage URL [--study article] [--gpu sm_90]
+    python -m tuner.bench_timing tpe --storage TPE_URL --grid GRID_URL [--study article] [--target sm_89]
+
+``host``: host µs per call at B4 H8 N512 D64 bf16, as the rate of back-to-back calls
+enqueued before one sync, for ``flash_attn_fwd``, the autotuned entry point, the
+compiled kernel's own runner (the floor) and SDPA's flash and cuDNN backends.
+
+``grids``: two independent sweeps of one study; for every shape, the two stores'
+winners re-timed together in rotating rounds, and how far apart they are.
+
+``tpe``: a TPE search against a grid of the same study: for every shape, TPE's best
+and the grid's best among the configs that fit TPE's target, re-timed together; and
+both runs' best configs across shapes, by the outputs' score, likewise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from tuner.cli import usage_error
+
+ROUNDS = 5
+
+
+def _write(text: str, markdown: Path | None) -> None:
+    print(text)
+    if markdown:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(text + "\n")
+
+
+def host(markdown: Path | None) -> int:
+    import torch
+
+    from kernel import flash_attn_fwd
+    from kernel.autotuned import flash_attn_fwd_autotuned
+    from kernel.flash_fwd import _flash_fwd_kernel, plan_for
+    from kernel.timing import environment, environment_line, host_us, sdpa_call, warm_gpu
+
+    q, k, v = (torch.randn(4, 8, 512, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    config = dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
+    warm_gpu()
+    plan = plan_for(_flash_fwd_kernel, tuple(config.values()), q, k, v)
+    out, lse = plan(q, k, v)
+    runner = plan.compiled[plan.grid + (1,)]
+    args = (q, k, v, out, lse, *plan._scalars)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    rows = {"flash_attn_fwd (allocates out and lse)": host_us(lambda: flash_attn_fwd(q, k, v, **config), 500),
+            "flash_attn_fwd_autotuned": host_us(lambda: flash_attn_fwd_autotuned(q, k, v), 500),
+            "CompiledKernel[grid](*args), outputs given (the floor)": host_us(lambda: runner(*args), 500)}
+    for name, backend in (("SDPA-flash", SDPBackend.FLASH_ATTENTION), ("SDPA-cuDNN", SDPBackend.CUDNN_ATTENTION)):
+        with sdpa_kernel(backend):
+            rows[name] = host_us(sdpa_call(q, k, v, False), 500)
+    rows["an empty torch op (q.add_(0))"] = host_us(lambda: q.add_(0), 500)
+    lines = [environment_line(environment()), "Command: python -m tuner.bench_timing host", "",
+             "Host µs per call at B4 H8 N512 D64 bf16: 5 batches of 500 calls enqueued back to back, each "
+             "timed before one sync; the median batch.", "", "| launch path | host µs per call |", "|---|---|"]
+    lines += [f"| {name} | {us:.1f} |" for name, us in rows.items()]
+    _write("\n".join(lines), markdown)
+    return 0
+
+
+def _retime(shape, keys: list[str], rounds: int = ROUNDS) -> dict[str, list[float]]:
+    """Configs timed together on one shape, in rounds whose order rotates (as the finalists are)."""
+    from kernel import flash_attn_fwd
+    from kernel.bench import make_sets
+    from kernel.timing import gpu_time
+    from tuner.finalists import round_orders
+    from tuner.space import Config
+
+    sets = make_sets(shape.batch, shape.heads, shape.n_q, shape.head_dim, shape.torch_dtype)
+    times: dict[str, list[float]] = {key: [] for key in dict.fromkeys(keys)}
+    for order in round_orders(list(times), rounds):
+        for key in order:
+            kwargs = Config.parse(key).as_kwargs()
+            calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], shape.causal, **kwargs, out=s[3], lse=s[4])
+                     for s in sets]
+            times[key].append(gpu_time(calls, 50).ms)
+    return times
+
+
+def _winner(db, study: str, target: str, shape: str) -> str:
+    finalists = [f for f in db.finalists(study, target) if f.shape == shape and f.rank == 1]
+    if finalists:
+        return finalists[0].config
+    from tuner.status import Status
+
+    rows = [r for r in db.results(study, target) if r.shape == shape and r.status == Status.TIMED]
+    return min(rows, key=lambda r: r.ms).config
+
+
+def grids(urls: list[str], study_name: str, target: str, markdown: Path | None) -> int:
+    from kernel.timing import environment, environment_line, warm_gpu
+    from tuner.finalists import judge
+    from tuner.store import Store
+    from tuner.study import load
+
+    study = load(study_name)
+    first, second = (Store(url, create=False) for url in urls)
+    warm_gpu()
+    lines = [environment_line(environment()),
+             f"Command: python -m tuner.bench_timing grids --study {study_name} --gpu {target} (two stores)", "",
+             f"Each shape's winner in each of two independent grid sweeps, re-timed together: {ROUNDS} rounds, order "
+             "rotating, median GPU time by CUDA-graph replay.", "",
+             "| shape | winner, run 1 | winner, run 2 | run 1 ms | run 2 ms | apart | noise |",
+             "|---|---|---|---|---|---|---|"]
+    worst = 0.0
+    for shape in study.shapes:
+        a, b = _winner(first, study.name, target, shape.label), _winner(second, study.name, target, shape.label)
+        verdict = judge(shape.label, _retime(shape, [a, b]))
+        medians = {t.config: t.median for t in verdict.ranked}
+        apart = abs(medians[a] / medians[b] - 1)
+        worst = max(worst, apart)
+        lines.append(f"| {shape.label} | {a} | {b} | {medians[a]:.4f} | {medians[b]:.4f} | {100 * apart:.1f}% | "
+                     f"{100 * verdict.noise:.1f}% |")
+    lines += ["", f"Largest gap between the two runs' winners: {100 * worst:.1f}% (bar: 2%)."]
+    _write("\n".join(lines), markdown)
+    return 0 if worst <= 0.02 else 1
+
+
+def tpe(tpe_url: str, grid_url: str, study_name: str, target_name: str, grid_target: str,
+        markdown: Path | None) -> int:
+    from kernel.timing import environment, environment_line, warm_gpu
+    from tuner import budget, records
+    from tuner.gpus import GpuSpec
+    from tuner.status import Status
+    from tuner.store import Store
+    from tuner.study import load
+
+    study = load(study_name)
+    target = GpuSpec.from_name(target_name)
+    tpe_rows = [r for r in Store(tpe_url, create=False).results(study.name, target.name) if r.gpu != "none"]
+
+    def fits(row) -> bool:      # the grid's configs that TPE's target could have picked
+        shape = next(s for s in study.shapes if s.label == row.shape)
+        return budget.verdict(budget_config(row), shape, target, None).launchable and study.allowed(
+            budget_config(row), shape.head_dim)
+
+    grid_rows = [r for r in Store(grid_url, create=False).results(study.name, grid_target) if fits(r)]
+    warm_gpu()
+    lines = [environment_line(environment()),
+             f"Command: python -m tuner.bench_timing tpe --study {study_name} --target {target_name}", "",
+             f"TPE ({len({r.config for r in tpe_rows})} configs tried, target {target.name}) against the grid's "
+             f"{len({r.config for r in grid_rows})} configs that fit {target.name} (the budget model): each shape's "
+             f"two bests re-timed together, {ROUNDS} rotating rounds.", "",
+             "| shape | TPE's best | grid's best | TPE / grid time |", "|---|---|---|---|"]
+    worst = 0.0
+    for shape in study.shapes:
+        best = {name: min((r for r in rows if r.shape == shape.label and r.status == Status.TIMED),
+                          key=lambda r: r.ms).config for name, rows in (("tpe", tpe_rows), ("grid", grid_rows))}
+        times = _retime(shape, list(best.values()))
+        ratio = _median(times[best["tpe"]]) / _median(times[best["grid"]])
+        worst = max(worst, ratio - 1)
+        lines.append(f"| {shape.label} | {best['tpe']} | {best['grid']} | {ratio:.3f} |")
+    overall = {name: max(records.scores(rows).items(), key=lambda item: item[1])[0]
+               for name, rows in (("tpe", tpe_rows), ("grid", grid_rows))}
+    ratios = [_median(t[overall["tpe"]]) / _median(t[overall["grid"]])
+              for t in (_retime(shape, list(overall.values())) for shape in study.shapes)]
+    geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    lines += ["", f"Best across shapes: TPE {overall['tpe']}, grid {overall['grid']}; re-timed together on every "
+                  f"shape, TPE's takes {geo:.3f}x the grid's time (geometric mean).",
+              f"Worst shape: TPE's best {100 * worst:+.1f}% from the grid's (bar: within 3%, and 3% overall)."]
+    _write("\n".join(lines), markdown)
+    return 0 if worst <= 0.03 and geo <= 1.03 else 1
+
+
+def budget_config(row):
+    from tuner.space import Config
+
+    return Config(row.block_m, row.block_n, row.num_warps, row.num_stages)
+
+
+def _median(values: list[float]) -> float:
+    import statistics
+
+    return statistics.median(values)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tuner.bench_timing", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_host = sub.add_parser("host", help="host µs per call at N=512, ours and SDPA's")
+    p_grids = sub.add_parser("grids", help="two grid sweeps' winners re-timed together")
+    p_grids.add_argument("--storage", action="append", required=True, help="give it twice")
+    p_grids.add_argument("--gpu", default="sm_90")
+    p_tpe = sub.add_parser("tpe", help="a TPE search's bests against a grid's")
+    p_tpe.add_argument("--storage", required=True, help="the TPE run's store")
+    p_tpe.add_argument("--grid", required=True, help="the grid run's store")
+    p_tpe.add_argument("--target", default="sm_89", help="the TPE run's --gpu (default sm_89)")
+    p_tpe.add_argument("--grid-target", default="sm_90", help="the grid run's --gpu (default sm_90)")
+    for p in (p_host, p_grids, p_tpe):
+        p.add_argument("--markdown", type=Path)
+        if p is not p_host:
+            p.add_argument("--study", default="article")
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.command == "grids" and len(args.storage) != 2:
+        return usage_error(parser, f"grids needs --storage twice; got {len(args.storage)}")
+    if not torch.cuda.is_available():
+        print(f"{parser.prog} {args.command} needs a CUDA GPU", file=sys.stderr)
+        return 1
+    if args.command == "host":
+        return host(args.markdown)
+    if args.command == "grids":
+        return grids(args.storage, args.study, args.gpu, args.markdown)
+    return tpe(args.storage, args.grid, args.study, args.target, args.grid_target, args.markdown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

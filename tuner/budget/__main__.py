@@ -1,0 +1,87 @@
+"""``python -m tuner.budget``: which kernel configs fit a target GPU (no GPU needed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from tuner.budget._verdict import check_many
+from tuner.cli import fmt, usage_error
+from tuner.gpus import GpuSpec, valid_names
+from tuner.problem import DTYPE_BYTES, HEAD_DIMS, Problem
+from tuner.space import Config, SearchSpace
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tuner.budget",
+        description="Which kernel configs fit a target GPU's shared memory and registers, "
+                    "found by compiling for that target on this machine (no GPU needed).",
+        epilog="examples:\n"
+               "  python -m tuner.budget --gpu sm_89\n"
+               "  python -m tuner.budget --gpu rtx4090 --head-dim 128 --causal\n"
+               "  python -m tuner.budget --gpu sm_90 --config 128,128,8,3 --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--gpu", required=True, help=f"target: {', '.join(valid_names())}")
+    parser.add_argument("--head-dim", type=int, default=64, help=f"head dim D, one of {HEAD_DIMS} (default 64)")
+    parser.add_argument("--dtype", default="bf16", help="fp32, fp16 or bf16 (default bf16)")
+    parser.add_argument("--causal", action="store_true", help="compile the causal variant")
+    parser.add_argument("--config", action="append", default=[],
+                        help="BM,BN,WARPS,STAGES to check instead of the default space (repeatable)")
+    parser.add_argument("--model-only", action="store_true", help="use the analytic model, compile nothing")
+    parser.add_argument("--jobs", type=int, default=None, help="compile processes (default: every core)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        gpu = GpuSpec.from_name(args.gpu)
+    except (ValueError, RuntimeError) as exc:
+        return usage_error(parser, f"--gpu: {exc}")
+    if args.head_dim not in HEAD_DIMS:
+        return usage_error(parser, f"--head-dim {args.head_dim} is not supported; use one of {HEAD_DIMS}")
+    if args.dtype not in DTYPE_BYTES:
+        return usage_error(parser, f"--dtype {args.dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+    if args.jobs is not None and args.jobs < 1:
+        return usage_error(parser, f"--jobs {args.jobs} must be at least 1")
+    try:
+        configs = [Config.parse(text) for text in args.config] or SearchSpace().all_configs()
+    except ValueError as exc:
+        return usage_error(parser, f"--config: {exc}")
+    problem = Problem(head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)
+
+    def progress(done: int, total: int) -> None:
+        if not args.json and sys.stderr.isatty() or os.environ.get("FA2_TUNER_PROGRESS"):
+            print(f"\rcompiling for {gpu.name}: {done}/{total}", end="" if done < total else "\n",
+                  file=sys.stderr, flush=True)
+
+    results = check_many(configs, problem, gpu, compile=not args.model_only, jobs=args.jobs, progress=progress)
+    fitting = sum(r.launchable for r in results)
+    if args.json:
+        print(json.dumps({"target": gpu.name, "problem": asdict(problem), "fits": fitting,
+                          "total": len(results), "results": [r.as_row() for r in results]}, indent=1))
+        return 0
+    print(f"target {gpu.name} ({gpu.card}): opt-in shared memory {gpu.smem_per_block_optin} B per block; "
+          f"problem {problem.label}")
+    print(f"{'config':>16} {'model B':>8} {'compiled B':>10} {'limit B':>8} {'regs':>5} {'spill':>6}  verdict")
+    for r in results:
+        print(f"{r.config.key:>16} {r.model_bytes:>8} {fmt(r.compiled_bytes, missing=''):>10} {r.limit_bytes:>8} "
+              f"{fmt(r.registers, missing=''):>5} {fmt(r.spill_bytes, missing=''):>6}  {r.verdict}: {r.reason}")
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1
+    print(f"{fitting} of {len(results)} configs can launch on {gpu.name} "
+          f"({', '.join(f'{v} {n}' for v, n in sorted(counts.items()))})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Rows for the store, and the scores read back from them.
+
+* :func:`result_rows` turns one config's outcome (a rejection, or the worker's
+  :class:`~tuner.runner.TrialOutcome`) into one :class:`~tuner.store.Result` per shape.
+* :func:`objective` is the value told to Optuna: the geometric mean over shapes of the
+  study's metric (speedup over SDPA-flash or cuDNN, or TFLOP/s). It depends on the
+  config's own rows and the run's SDPA baselines only, so it never changes once told.
+* :func:`scores` ranks configs across shapes the way the outputs show them: the
+  geometric mean over shapes of (best time for that shape / this config's time), 1.0
+  for a config that is the fastest on every shape. Each shape counts against its own
+  best. Since a geometric mean is blind to a constant factor per shape, this ranks
+  configs exactly as the objective does, whatever the metric; it only reads better.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kernel.timing import attention_flops
+from tuner.gpus import GpuSpec
+from tuner.runner import TrialOutcome
+from tuner.space import Config
+from tuner.status import Stage, Status
+from tuner.store import Baseline, Result, now
+from tuner.study import Study
+
+METRIC_COLUMNS = {"speedup_vs_flash": "pct_flash", "speedup_vs_cudnn": "pct_cudnn", "tflops": "tflops"}
+
+
+@dataclass
+class RunContext:
+    """What every row of a run shares."""
+
+    study: Study
+    target: GpuSpec
+    gpu_label: str
+    env: dict
+    run_id: int
+    baselines: dict[str, dict] = field(default_factory=dict)    # shape label -> SDPA times (Baseline columns)
+
+
+def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, reason: str, fields: dict,
+                outcome: TrialOutcome | None = None, trial_number: int | None = None) -> list[Result]:
+    """One row per study shape for a config, with every stage's fields."""
+    rows = []
+    for shape in ctx.study.shapes:
+        measured = outcome.shapes.get(shape.label) if outcome else None
+        base = ctx.baselines.get(shape.label, {})
+        ms = measured.ms if measured else None
+        flash, cudnn = base.get("flash_ms"), base.get("cudnn_ms")
+        flops = attention_flops(shape.batch, shape.heads, shape.n_q, shape.n_k, shape.head_dim, shape.causal)
+        rows.append(Result(
+            run_id=ctx.run_id, optuna_trial=trial_number, study=ctx.study.name, target=ctx.target.name,
+            gpu=ctx.gpu_label, torch_version=ctx.env["torch"], triton_version=ctx.env["triton"],
+            driver=ctx.env["driver"], shape=shape.label, batch=shape.batch, heads=shape.heads, n_q=shape.n_q,
+            n_k=shape.n_k, head_dim=shape.head_dim, dtype=shape.dtype, causal=shape.causal, config=config.key,
+            block_m=config.block_m, block_n=config.block_n, num_warps=config.num_warps,
+            num_stages=config.num_stages, status=str(status), stage=str(stage), reason=reason,
+            err_out=measured.err_out if measured else None, err_lse=measured.err_lse if measured else None,
+            err_bound=measured.bound_out if measured else None, lse_bound=measured.bound_lse if measured else None,
+            ragged_err_out=measured.gate_err_out if measured else None,
+            ragged_err_lse=measured.gate_err_lse if measured else None,
+            ms=ms, host_us=measured.host_us if measured else None, timer=measured.timer if measured else None,
+            tflops=flops / ms * 1e-9 if ms else None, flash_ms=flash, cudnn_ms=cudnn,
+            pct_flash=100 * flash / ms if ms and flash else None, pct_cudnn=100 * cudnn / ms if ms and cudnn else None,
+            check_s=outcome.check_s if outcome else None, time_s=outcome.time_s if outcome else None,
+            **fields))
+    return rows
+
+
+def copied_rows(rows: list[Result], config: Config, run_id: int, reason: str, trial_number: int | None,
+                fields: dict) -> list[Result]:
+    """Rows for a config whose binary was already timed under another config."""
+    copies = []
+    for row in rows:
+        values = {c.name: getattr(row, c.name) for c in Result.__table__.columns if c.name != "id"}
+        values.update(fields)
+        values.update(config=config.key, block_m=config.block_m, block_n=config.block_n,
+                      num_warps=config.num_warps, num_stages=config.num_stages, run_id=run_id,
+                      optuna_trial=trial_number, reason=reason, created_at=now(), check_s=0.0, time_s=0.0)
+        copies.append(Result(**values))
+    return copies
+
+
+def baseline_rows(run_id: int, baselines: dict[str, dict], phase: str) -> list[Baseline]:
+    return [Baseline(run_id=run_id, shape=label, phase=phase, **times) for label, times in baselines.items()]
+
+
+def objective(rows: list[Result], metric: str) -> float:
+    """The value told to Optuna: a geometric mean over shapes of the metric, 0 if not timed."""
+    if not rows or any(r.status != Status.TIMED for r in rows):
+        return 0.0
+    column = METRIC_COLUMNS[metric]
+    values = [getattr(r, column) for r in rows]
+    if any(v is None or v <= 0 for v in values):
+        return 0.0
+    scale = 100.0 if column.startswith("pct") else 1.0
+    return math.exp(sum(math.log(v / scale) for v in values) / len(values))
+
+
+def by_config(rows: list[Result]) -> dict[str, list[Result]]:
+    grouped: dict[str, list[Result]] = {}
+    for row in rows:
+        grouped.setdefault(row.config, []).append(row)
+    return grouped
+
+
+def fully_timed(rows: list[Result]) -> dict[str, list[Result]]:
+    """Configs timed on every shape present in ``rows`` (a config timed on some shapes only is left out)."""
+    shapes = {r.shape for r in rows}
+    return {key: rs for key, rs in by_config(rows).items()
+            if {r.shape for r in rs} == shapes and all(r.status == Status.TIMED and r.ms for r in rs)}
+
+
+def best_times(rows: list[Result]) -> dict[str, float]:
+    """Shape label -> the best time any config reached on it."""
+    best: dict[str, float] = {}
+    for row in rows:
+        if row.status == Status.TIMED and row.ms:
+            best[row.shape] = min(best.get(row.shape, math.inf), row.ms)
+    return best
+
+
+def scores(rows: list[Result]) -> dict[str, float]:
+    """Config key -> geometric mean over shapes of (best time for the shape / its time), for
+    configs timed on every shape; 1.0 would be the best on every shape."""
+    best = best_times(rows)
+    return {key: math.exp(sum(math.log(best[r.shape] / r.ms) for r in rs) / len(rs))
+            for key, rs in fully_timed(rows).items()}

@@ -1,0 +1,120 @@
+"""What the sweep prints: progress while it runs, and the summary at the end."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tuner.cli import fmt
+from tuner.finalists import ShapeVerdict
+from tuner.records import RunContext, by_config, scores
+from tuner.space import Config
+from tuner.status import Status
+from tuner.store import Result
+
+
+@dataclass
+class Clock:
+    """Wall time of the run, split by stage (seconds)."""
+
+    compile_s: float = 0.0
+    check_s: float = 0.0
+    time_s: float = 0.0
+    retime_s: float = 0.0
+    drift: float | None = None     # largest change of an SDPA baseline from the run's start to its end
+    started: float = field(default_factory=time.perf_counter)
+
+    def line(self) -> str:
+        total = time.perf_counter() - self.started
+        other = max(0.0, total - self.compile_s - self.check_s - self.time_s - self.retime_s)
+        text = (f"wall time {total:.0f} s: compile {self.compile_s:.0f} s (waiting on the compile pool), "
+                f"check {self.check_s:.0f} s, time {self.time_s:.0f} s, finalists {self.retime_s:.0f} s, "
+                f"other {other:.0f} s (worker start, SDPA baselines, references, database)")
+        if self.drift is not None:
+            text += (f"\nSDPA baselines moved by at most {100 * self.drift:.1f}% between the start and the end "
+                     "of the run")
+        return text
+
+
+class Progress:
+    """A progress bar (tqdm on a terminal, a line every few trials in a log) with the best so far."""
+
+    def __init__(self, total: int | None, done: int = 0):
+        self.total, self.done = total, done
+        self.best: tuple[float, str] | None = None
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, file=sys.stderr, unit="config", dynamic_ncols=True)
+
+    def update(self, config: Config, value: float, status: Status, metric: str) -> None:
+        self.done += 1
+        if value > 0 and (self.best is None or value > self.best[0]):
+            self.best = (value, config.key)
+        unit = " TFLOP/s" if metric == "tflops" else "x"
+        best = f"best {self.best[1]} {self.best[0]:.3g}{unit}" if self.best else "best: none timed yet"
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{best} | last {config.key} {status}", refresh=False)
+            self.bar.update(1)
+        elif self.done % 20 == 0 or self.done == self.total:
+            print(f"[{self.done}/{self.total or '?'}] {best}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _winner_rows(rows: list[Result], verdicts: dict[str, ShapeVerdict]) -> dict[str, Result]:
+    """Shape -> the winning config's row: the finalists' winner where they were re-timed."""
+    winners = {}
+    for shape in dict.fromkeys(r.shape for r in rows):
+        timed = [r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms]
+        if not timed:
+            continue
+        verdict = verdicts.get(shape)
+        chosen = verdict.winner.config if verdict else min(timed, key=lambda r: r.ms).config
+        winners[shape] = next(r for r in timed if r.config == chosen)
+    return winners
+
+
+def summary(ctx: RunContext, rows: list[Result], counts: Counter, clock: Clock | None,
+            verdicts: dict[str, ShapeVerdict] | None = None, top: int = 5) -> str:
+    """The end-of-run table: best per shape, finalists, top configs, rejections by reason, wall time."""
+    verdicts = verdicts or {}
+    grouped = by_config(rows)
+    status_all = Counter(rs[0].status for rs in grouped.values())
+    where = "no GPU (budget stage only)" if ctx.gpu_label == "none" else ctx.gpu_label
+    env = ctx.env
+    lines = [f"study {ctx.study.name} for target {ctx.target.name} ({ctx.target.card}), run on {where}; "
+             f"torch {env['torch']}, triton {env['triton']}, driver {env['driver']}, {env['date']}",
+             f"configs in store: {len(grouped)}; " + ", ".join(f"{k} {v}" for k, v in status_all.most_common())]
+    if counts:
+        lines.append("this run: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()))
+    winners = _winner_rows(rows, verdicts)
+    if winners:
+        lines += ["", "best config per shape (GPU time by CUDA-graph replay; % of SDPA = SDPA time / ours x 100, "
+                      "above 100 is faster; host µs = one call's CPU time):",
+                  f"{'shape':<40} {'config':<16} {'ms':>8} {'TFLOP/s':>8} {'% flash':>8} {'% cuDNN':>8} "
+                  f"{'host µs':>8}"]
+        for shape, best in winners.items():
+            verdict = verdicts.get(shape)
+            ms = verdict.winner.median if verdict else best.ms
+            lines.append(f"{shape:<40} {best.config:<16} {ms:>8.4f} {best.tflops * best.ms / ms:>8.0f} "
+                         f"{fmt(best.flash_ms and 100 * best.flash_ms / ms, '.0f'):>8} "
+                         f"{fmt(best.cudnn_ms and 100 * best.cudnn_ms / ms, '.0f'):>8} "
+                         f"{fmt(best.host_us, '.1f'):>8}")
+    if verdicts:
+        lines += ["", "finalists re-timed together (median of rounds; noise = the larger spread of the two):"]
+        lines += [f"  {shape}: {verdict.sentence()}" for shape, verdict in verdicts.items()]
+    ranked = sorted(scores(rows).items(), key=lambda item: (-item[1], item[0]))
+    if ranked:
+        lines += ["", f"top {top} configs across shapes (geometric mean over shapes of best time / its time; "
+                      "1.000 = the best on every shape):"]
+        for key, value in ranked[:top]:
+            lines.append(f"  {key:<16} {value:.3f}")
+    if clock is not None:
+        lines += ["", clock.line()]
+    return "\n".join(lines)

@@ -1,0 +1,96 @@
+"""The two stages before the GPU, as pure functions of a config: budget and compile.
+
+Each returns a :class:`Rejection` (the status, the stage, the reason, and the budget
+fields for the rows) or lets the config through. Like the pruning in Triton's
+autotuner, nothing here has side effects; :mod:`tuner.driver` acts on the answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tuner import budget, search
+from tuner.budget import CompileInfo, CompileTask
+from tuner.gate import gate_compile_problems
+from tuner.gpus import GpuSpec
+from tuner.space import Config
+from tuner.status import Stage, Status
+from tuner.study import Study
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a config stops before the GPU, and what the rows should carry."""
+
+    status: Status
+    stage: Stage
+    reason: str
+    fields: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """The compile stage's verdict: fields for the rows, and a rejection or None."""
+
+    fields: dict
+    rejection: Rejection | None = None
+
+
+def budget_stage(config: Config, study: Study, target: GpuSpec) -> Rejection | None:
+    """The study's space and restrictions, then the model for the target (no compile)."""
+    outside = [name for name in search.PARAMS if getattr(config, name) not in getattr(study.space, name)]
+    if outside:   # an ordinal sampler can step between the study's values
+        return Rejection(Status.RESTRICTED, Stage.BUDGET, f"{', '.join(outside)} outside the study's space",
+                         {"budget_verdict": str(Status.RESTRICTED)})
+    for shape in study.variants():
+        result = budget.verdict(config, shape, target, None)
+        if result.verdict in (Status.OVER_REGISTERS, Status.INVALID):
+            return Rejection(result.verdict, Stage.BUDGET, result.reason, {"budget_verdict": str(result.verdict)})
+        if not study.allowed(config, shape.head_dim):
+            return Rejection(Status.RESTRICTED, Stage.BUDGET,
+                             f"excluded by the study's restrictions {list(study.restrictions)}",
+                             {"budget_verdict": str(Status.RESTRICTED)})
+        if not result.launchable:
+            return Rejection(result.verdict, Stage.BUDGET, result.reason, {
+                "budget_verdict": str(result.verdict), "model_smem_bytes": result.model_bytes,
+                "smem_limit_bytes": result.limit_bytes})
+    return None
+
+
+def compile_plan(config: Config, study: Study, target: GpuSpec, present: GpuSpec | None) -> list[CompileTask]:
+    """The compiles a config needs: every specialisation of the study for the target, and
+    for the GPU present also the gate's own specialisation (so the worker never compiles)."""
+    variants = study.variants()
+    tasks = budget.compile_tasks(config, variants, target.capability, present.capability if present else None)
+    if present is not None:
+        extra = {p for shape in variants for p in gate_compile_problems(shape, config)}
+        tasks += [CompileTask(config, problem, present.capability, True) for problem in sorted(extra, key=repr)]
+    return tasks
+
+
+def compile_stage(config: Config, study: Study, target: GpuSpec, present: GpuSpec | None,
+                  tasks: Sequence[CompileTask], infos: Sequence[CompileInfo]) -> Compiled:
+    """Judge the binaries of :func:`compile_plan`: the target's first (their figures go in
+    the rows), then the GPU present's, the gate's specialisation included."""
+    variants = set(study.variants())
+    fields: dict = {}
+    binaries = []
+    for task, info in zip(tasks, infos):
+        on_target = task.capability == target.capability and (present is None or not task.via_jit
+                                                              or present.capability == target.capability)
+        gpu = target if on_target else present
+        result = budget.verdict(config, task.problem, gpu, info)
+        if on_target and task.problem in variants:
+            fields = dict(budget_verdict=str(result.verdict), model_smem_bytes=result.model_bytes,
+                          smem_bytes=result.compiled_bytes, smem_limit_bytes=result.limit_bytes,
+                          registers=result.registers, spill_bytes=result.spill_bytes)
+        if task.problem in variants and (task.via_jit or present is None):    # the binary that runs
+            binaries.append(info.binary)
+        if not result.launchable:
+            where = "" if on_target else f"on the GPU used ({gpu.name}): "
+            if task.problem not in variants:
+                where += "the gate's edge shapes: "
+            return Compiled(fields, Rejection(result.verdict, Stage.COMPILE, where + result.reason, fields))
+    fields["binary"] = "+".join(binaries) if binaries and all(binaries) else None
+    return Compiled(fields)
