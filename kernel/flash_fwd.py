@@ -323,11 +323,12 @@ def _contiguous_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _hooks_idle() -> bool:
-    """No profiler has hooked Triton's launches (then the direct launch would skip them)."""
-    runtime = triton.knobs.runtime
-    return all(hook is None or not getattr(hook, "calls", True)
-               for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook))
+_RUNTIME = triton.knobs.runtime      # one object; profilers add their launch hooks to it
+
+
+def _busy(hook) -> bool:
+    """A launch hook is installed (a HookChain with calls, or a plain callable of older Triton)."""
+    return hook is not None and getattr(hook, "calls", True)
 
 
 try:
@@ -335,6 +336,10 @@ try:
     _current_device = torch._C._cuda_getDevice
 except AttributeError:                                        # pragma: no cover (a torch without CUDA)
     _current_stream = _current_device = None
+# Triton 3.6's launcher object is a thin Python wrapper over a C entry point; calling the entry
+# point directly saves a frame and two scratch-buffer checks per call. Other versions (whose
+# wrapper we have not measured) go through the wrapper.
+_DIRECT_LAUNCH = triton.__version__.startswith("3.6.")
 
 
 class LaunchPlan:
@@ -364,6 +369,7 @@ class LaunchPlan:
         self.grid = None if batch * heads * n_q == 0 else (triton.cdiv(n_q, block_m) if block_m else None,
                                                            batch * heads)
         self.compiled = self._run = None
+        self._device_index = q.device.index
 
     def __call__(self, q, k, v, out=None, lse=None):
         if self.copy_inputs:
@@ -372,13 +378,18 @@ class LaunchPlan:
             out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
         if lse is None:
             lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
-        if self.grid is None:
+        grid, run = self.grid, self._run
+        if grid is None:
             return out, lse
-        if self._run is not None and _current_device() == self.device.index and _hooks_idle():
-            self._run(self.grid[0], self.grid[1], 1, _current_stream(self.device.index), self._function,
-                      self._packed, None, None, None, q, k, v, out, lse, *self._scalars)
+        if (run is None or _current_device() != self._device_index or _busy(_RUNTIME.launch_enter_hook)
+                or _busy(_RUNTIME.launch_exit_hook)):
+            self._launch_jit(q, k, v, out, lse)      # first call, another device current, or a profiler's hooks
+        elif self._direct:
+            run(grid[0], grid[1], 1, _current_stream(self._device_index), self._function, self._cooperative,
+                self._pdl, None, None, self._packed, None, None, None, q, k, v, out, lse, *self._scalars)
         else:
-            self._launch_jit(q, k, v, out, lse)
+            run(grid[0], grid[1], 1, _current_stream(self._device_index), self._function, self._packed, None, None,
+                None, q, k, v, out, lse, *self._scalars)
         return out, lse
 
     def _launch_jit(self, q, k, v, out, lse) -> None:
@@ -388,12 +399,22 @@ class LaunchPlan:
         compiled = self.kernel[lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), tiles)](
             *args, HEAD_DIM=self.shape.head_dim, CAUSAL=self.causal, **self.launch, **COMPILE_OPTIONS)
         if self.compiled is None and not interpreting() and getattr(compiled, "function", None) is not None:
-            chosen = self.launch or self.kernel.best_config.kwargs      # an autotuner's pick
-            self.compiled, self._run = compiled, compiled.run
-            self._function, self._packed = compiled.function, compiled.packed_metadata
-            self.grid = (triton.cdiv(n_q, chosen["BLOCK_M"]), tiles)
-            # The launcher takes every argument, constexprs included, in signature order.
-            self._scalars = tuple(args[5:]) + (self.shape.head_dim, chosen["BLOCK_M"], chosen["BLOCK_N"], self.causal)
+            self._adopt(compiled, args)
+
+    def _adopt(self, compiled, args) -> None:
+        """Keep what a direct launch of ``compiled`` needs: its launcher, grid and arguments."""
+        chosen = self.launch or self.kernel.best_config.kwargs      # an autotuner's pick
+        launcher = compiled.run
+        self._direct = (_DIRECT_LAUNCH and hasattr(launcher, "launch")
+                        and getattr(launcher, "global_scratch_size", 1) == 0
+                        and getattr(launcher, "profile_scratch_size", 1) == 0)
+        if self._direct:
+            self._cooperative, self._pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+        self._function, self._packed = compiled.function, compiled.packed_metadata
+        self.grid = (triton.cdiv(self.shape.n_q, chosen["BLOCK_M"]), self.grid[1])
+        # The launcher takes every argument, constexprs included, in signature order.
+        self._scalars = tuple(args[5:]) + (self.shape.head_dim, chosen["BLOCK_M"], chosen["BLOCK_N"], self.causal)
+        self.compiled, self._run = compiled, launcher.launch if self._direct else launcher
 
 
 _PLANS: dict[tuple, LaunchPlan] = {}

@@ -31,6 +31,10 @@ SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
 GRAPH, DO_BENCH, WALL = "cuda_graph", "do_bench", "wall_clock"
 DEFAULT_L2_BYTES = 50 << 20
 MAX_SETS = 64
+# (rep_ms, settle_ms) for re-timings that must agree run to run (finalists, stability): on the
+# H200 at N=4096, 5 rounds of 40 ms windows spread 2.6-5.6%; 100 ms settled + 200 ms, 0.5-1.6%
+# (docs/results/2026-11-30-h200-timing.md).
+RETIME = (200.0, 100.0)
 
 
 def attention_flops(batch: int, heads: int, n_q: int, n_k: int, head_dim: int, causal: bool) -> float:
@@ -102,12 +106,14 @@ def _one_pass_ms(calls: Sequence[Callable[[], object]]) -> float:
     return start.elapsed_time(end)
 
 
-def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0) -> float:
-    """Median GPU ms per call, from replays of a CUDA graph that cycles through ``calls``.
+def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0,
+                       warm_ms: float = 0.0) -> list[float]:
+    """GPU ms per call of each timed replay of a CUDA graph that cycles through ``calls``.
 
     One replay holds whole passes over ``calls`` worth about a millisecond of GPU time,
-    so the gaps between replays are a small share; ``rep_ms`` of replays are timed one
-    by one with CUDA events, and the median replay is divided by the calls it holds.
+    so the gaps between replays are a small share. ``warm_ms`` of replays run untimed
+    first (the clocks settle after the host work that built the graph); then ``rep_ms``
+    of replays are timed one by one with CUDA events.
 
     Raises:
         RuntimeError: the calls cannot be captured (the caller falls back to do_bench).
@@ -125,9 +131,10 @@ def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0) -
         for _ in range(passes):
             for call in calls:
                 call()
-    graph.replay()
+    for _ in range(1 + int(warm_ms / (pass_ms * passes))):
+        graph.replay()
     torch.cuda.synchronize()
-    replays = max(10, min(2000, int(rep_ms / (pass_ms * passes))))
+    replays = max(10, min(5000, int(rep_ms / (pass_ms * passes))))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
     for start, end in events:
         start.record()
@@ -136,13 +143,25 @@ def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0) -
     torch.cuda.synchronize()
     per_call = [start.elapsed_time(end) / (passes * len(calls)) for start, end in events]
     del graph
-    return statistics.median(per_call)
+    return per_call
 
 
-def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup_ms: int = 10) -> Timing:
-    """GPU time per call by graph replay, or ``do_bench`` where capture fails (see module doc)."""
+def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warm_ms: float = 0.0) -> float:
+    """Median GPU ms per call over graph replays (:func:`graph_replay_times`)."""
+    return statistics.median(graph_replay_times(calls, rep_ms, warm_ms))
+
+
+def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup_ms: int = 10,
+             settle_ms: float = 0.0) -> Timing:
+    """GPU time per call by graph replay, or ``do_bench`` where capture fails (see module doc).
+
+    ``settle_ms`` of untimed replays first: under sustained load an H200 draws its ~700 W
+    cap and lowers its clock from 1980 MHz to 1740-1905 MHz within tens of milliseconds,
+    so short windows catch it in different states. Re-timings that must agree with
+    each other (:data:`RETIME`) settle first and time longer.
+    """
     try:
-        return Timing(graph_time_ms(calls, rep_ms), GRAPH)
+        return Timing(graph_time_ms(calls, rep_ms, settle_ms), GRAPH)
     except RuntimeError:
         torch.cuda.synchronize()
         return Timing(do_bench_median(calls[0], warmup_ms, int(rep_ms)), DO_BENCH)

@@ -234,7 +234,7 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
     import torch
 
     from kernel import flash_attn_fwd
-    from kernel.timing import environment, environment_line, gpu_time, warm_gpu
+    from kernel.timing import RETIME, environment, environment_line, gpu_time, warm_gpu
     from tuner.finalists import judge, round_orders
     from tuner.space import Config
     from tuner.status import Status
@@ -265,14 +265,14 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
             kwargs = Config.parse(key).as_kwargs()
             calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], shape.causal, **kwargs, out=s[3], lse=s[4])
                      for s in sets]
-            times[key].append(gpu_time(calls, study.timing.rep_ms, study.timing.warmup_ms).ms)
+            times[key].append(gpu_time(calls, RETIME[0], settle_ms=RETIME[1]).ms)
     verdict = judge(shape.label, times)
     header = [environment_line(env),
               f"Command: python -m tuner.bench_search stability --study {study_name} --gpu {target_name} "
               f"--shape \"{shape.label}\" --top {top} --repeats {repeats}",
               f"The top {len(keys)} configs of the store for {shape.label}, each timed {repeats} times in rounds "
-              f"whose order rotates (GPU time by CUDA-graph replay, {len(sets)} input sets, "
-              f"{study.timing.rep_ms} ms of replays each).", ""]
+              f"whose order rotates (GPU time by CUDA-graph replay, {len(sets)} input sets, {RETIME[1]:.0f} ms "
+              f"of replays to settle the clock, then {RETIME[0]:.0f} ms timed; the median replay).", ""]
     text = "\n".join(header + stability_report(verdict))
     print(text)
     if markdown:

@@ -35,13 +35,18 @@ def _write(text: str, markdown: Path | None) -> None:
         markdown.write_text(text + "\n")
 
 
-def host(markdown: Path | None) -> int:
+def host(markdown: Path | None, rounds: int = 7) -> int:
+    """Host µs per call of each launch path, in interleaved rounds (this host's speed wanders)."""
+    import statistics
+
     import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from kernel import flash_attn_fwd
     from kernel.autotuned import flash_attn_fwd_autotuned
     from kernel.flash_fwd import _flash_fwd_kernel, plan_for
     from kernel.timing import environment, environment_line, host_us, sdpa_call, warm_gpu
+    from tuner.finalists import round_orders
 
     q, k, v = (torch.randn(4, 8, 512, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     config = dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
@@ -50,19 +55,30 @@ def host(markdown: Path | None) -> int:
     out, lse = plan(q, k, v)
     runner = plan.compiled[plan.grid + (1,)]
     args = (q, k, v, out, lse, *plan._scalars)
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    rows = {"flash_attn_fwd (allocates out and lse)": host_us(lambda: flash_attn_fwd(q, k, v, **config), 500),
-            "flash_attn_fwd_autotuned": host_us(lambda: flash_attn_fwd_autotuned(q, k, v), 500),
-            "CompiledKernel[grid](*args), outputs given (the floor)": host_us(lambda: runner(*args), 500)}
-    for name, backend in (("SDPA-flash", SDPBackend.FLASH_ATTENTION), ("SDPA-cuDNN", SDPBackend.CUDNN_ATTENTION)):
-        with sdpa_kernel(backend):
-            rows[name] = host_us(sdpa_call(q, k, v, False), 500)
-    rows["an empty torch op (q.add_(0))"] = host_us(lambda: q.add_(0), 500)
+    def pinned(backend):
+        def call():
+            with sdpa_kernel(backend):
+                return sdpa_call(q, k, v, False)()
+        return call
+
+    paths = {"flash_attn_fwd (allocates out and lse)": lambda: flash_attn_fwd(q, k, v, **config),
+             "flash_attn_fwd, outputs given": lambda: flash_attn_fwd(q, k, v, **config, out=out, lse=lse),
+             "flash_attn_fwd_autotuned (allocates)": lambda: flash_attn_fwd_autotuned(q, k, v),
+             "CompiledKernel[grid](*args), outputs given (Triton's own runner)": lambda: runner(*args),
+             "SDPA, default backend (flash here)": sdpa_call(q, k, v, False),
+             "SDPA-cuDNN, backend pinned inside the call": pinned(SDPBackend.CUDNN_ATTENTION),
+             "an empty torch op (q.add_(0))": lambda: q.add_(0)}
+    samples: dict[str, list[float]] = {name: [] for name in paths}
+    for order in round_orders(list(paths), rounds):
+        for name in order:
+            samples[name].append(host_us(paths[name], 500, 1))
     lines = [environment_line(environment()), "Command: python -m tuner.bench_timing host", "",
-             "Host µs per call at B4 H8 N512 D64 bf16: 5 batches of 500 calls enqueued back to back, each "
-             "timed before one sync; the median batch.", "", "| launch path | host µs per call |", "|---|---|"]
-    lines += [f"| {name} | {us:.1f} |" for name, us in rows.items()]
+             f"Host µs per call at B4 H8 N512 D64 bf16: 500 calls enqueued back to back, timed before one sync; "
+             f"{rounds} rounds, the paths in rotating order.", "",
+             "| launch path | median µs | best round µs | every round |", "|---|---|---|---|"]
+    lines += [f"| {name} | {statistics.median(us):.1f} | {min(us):.1f} | {', '.join(f'{x:.1f}' for x in us)} |"
+              for name, us in samples.items()]
     _write("\n".join(lines), markdown)
     return 0
 
@@ -71,7 +87,7 @@ def _retime(shape, keys: list[str], rounds: int = ROUNDS) -> dict[str, list[floa
     """Configs timed together on one shape, in rounds whose order rotates (as the finalists are)."""
     from kernel import flash_attn_fwd
     from kernel.bench import make_sets
-    from kernel.timing import gpu_time
+    from kernel.timing import RETIME, gpu_time
     from tuner.finalists import round_orders
     from tuner.space import Config
 
@@ -82,7 +98,7 @@ def _retime(shape, keys: list[str], rounds: int = ROUNDS) -> dict[str, list[floa
             kwargs = Config.parse(key).as_kwargs()
             calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], shape.causal, **kwargs, out=s[3], lse=s[4])
                      for s in sets]
-            times[key].append(gpu_time(calls, 50).ms)
+            times[key].append(gpu_time(calls, RETIME[0], settle_ms=RETIME[1]).ms)
     return times
 
 

@@ -38,7 +38,6 @@ from tuner.status import Status
 FAULT_ENV = "FA2_TUNER_FAULT"
 START_TIMEOUT_S = 300.0
 HOST_CALLS = 10            # calls per batch when measuring a config's host time
-FINALIST_REP_MS = 50       # at least this much graph replay per finalist and round
 
 
 @dataclass(frozen=True)
@@ -126,7 +125,7 @@ class _Bench:
         return self.timing_sets[problem]
 
     def _time(self, problem: Problem, config: Config, host: bool = True,
-              rep_ms: float | None = None) -> tuple[float, str, float | None]:
+              retime: bool = False) -> tuple[float, str, float | None]:
         """(GPU ms per call, timer, host µs per call) of a config on a shape."""
         from kernel import flash_attn_fwd
 
@@ -138,11 +137,12 @@ class _Bench:
             flash_attn_fwd(q, k, v, problem.causal, **kwargs, out=out, lse=lse)
             ms = (time.perf_counter() - start) * 1e3
             return ms, "wall_clock", ms * 1e3
-        from kernel.timing import gpu_time, host_us
+        from kernel.timing import RETIME, gpu_time, host_us
 
         calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], problem.causal, **kwargs, out=s[3], lse=s[4])
                  for s in sets]
-        timing = gpu_time(calls, rep_ms or self.rep_ms, self.warmup_ms)
+        rep_ms, settle_ms = RETIME if retime else (self.rep_ms, 0.0)
+        timing = gpu_time(calls, rep_ms, self.warmup_ms, settle_ms)
         q, k, v = sets[0][:3]
         host = host_us(lambda: flash_attn_fwd(q, k, v, problem.causal, **kwargs), HOST_CALLS, 2) if host else None
         return timing.ms, timing.method, host
@@ -234,7 +234,7 @@ class _Bench:
             times[label] = {}
             for order in rounds:
                 for config in order:
-                    ms = self._time(by_label[label], config, False, max(self.rep_ms, FINALIST_REP_MS))[0]
+                    ms = self._time(by_label[label], config, host=False, retime=True)[0]
                     times[label].setdefault(config.key, []).append(ms)
         return times
 

@@ -118,8 +118,12 @@ class Study:
 
 def shipped() -> dict[str, str]:
     """The studies that ship with fa2-tuner: name -> TOML text."""
+    try:
+        folder = resources.files("tuner.studies")
+    except ModuleNotFoundError:      # a source checkout on PYTHONPATH, not installed: the folder itself
+        folder = Path(__file__).resolve().parent.parent / "studies"
     found = {}
-    for entry in resources.files("tuner.studies").iterdir():
+    for entry in folder.iterdir():
         if entry.name.endswith(".toml"):
             found[entry.name.removesuffix(".toml")] = entry.read_text()
     return dict(sorted(found.items()))
