@@ -298,15 +298,6 @@ def default_config(head_dim: int, causal: bool = False, capability: int | None =
 # outputs given) has passed the same checks and launches the compiled kernel directly.
 
 
-def _plan_key(q, k, v, causal, config, out, lse) -> tuple:
-    # Pointer alignment is part of the key: the JIT compiles 16-byte aligned pointers
-    # differently, so a misaligned view must not reuse an aligned tensor's binary.
-    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
-            q.device, k.device, v.device, q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, causal, config,
-            None if out is None else (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() % 16),
-            None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() % 16))
-
-
 def _row_strides(shape, strides) -> tuple[int, int, int]:
     """(batch, head, row) strides in elements; a [B, N, D] tensor is read as [B, 1, N, D]
     with the head stride ``unsqueeze(1)`` would give (never used: there is one head)."""

@@ -238,11 +238,12 @@ def _write(fig, path: Path, plotlyjs: str) -> None:
 
 
 def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | None = None,
-              plotlyjs: str = "directory") -> list[Path]:
+              plotlyjs: str = "directory", shapes: list[str] | None = None) -> list[Path]:
     """Every heatmap and roofline in the store (or of ``studies``), plus ``index.html``.
 
     Args:
         plotlyjs: "directory" (plotly.min.js written beside the pages: offline) or "cdn".
+        shapes: heatmaps of these shape labels only (rooflines keep every shape).
 
     Returns:
         The pages written.
@@ -255,6 +256,8 @@ def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | Non
     written = []
     index: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for (study, target, gpu, shape), group in sorted(groups.items()):
+        if shapes and shape not in shapes:
+            continue
         name = page_name(study, shape, target, gpu)
         _write(heatmap(group), directory / name, plotlyjs)
         written.append(directory / name)
@@ -295,6 +298,8 @@ def main(argv=None) -> int:
     parser.add_argument("--storage", default=DEFAULT_URL, help=f"database URL (default {DEFAULT_URL})")
     parser.add_argument("--out", type=Path, default=DEFAULT_DIR, help=f"folder for the pages (default {DEFAULT_DIR})")
     parser.add_argument("--study", action="append", help="only this study (repeatable; default every study)")
+    parser.add_argument("--shape", action="append", help="heatmaps of this shape only, e.g. \"B4 H8 Nq4096 Nk4096 "
+                                                         "D64 bf16\" (repeatable; default every shape)")
     parser.add_argument("--plotlyjs", choices=("directory", "cdn"), default="directory",
                         help="plotly.min.js beside the pages (offline; default) or from plotly's CDN")
     args = parser.parse_args(argv)
@@ -310,7 +315,11 @@ def main(argv=None) -> int:
     unknown = sorted(set(args.study or []) - set(present))
     if unknown:
         return usage_error(parser, f"--study {unknown[0]!r} is not in the store; it has {', '.join(present)}")
-    pages = build_all(db, args.out, args.study, args.plotlyjs)
+    known = {r.shape for r in db.results() if not args.study or r.study in args.study}
+    missing = sorted(set(args.shape or []) - known)
+    if missing:
+        return usage_error(parser, f"--shape {missing[0]!r} is not in the store; it has {', '.join(sorted(known))}")
+    pages = build_all(db, args.out, args.study, args.plotlyjs, args.shape)
     print(f"wrote {len(pages)} pages to {args.out}/ (open {args.out / 'index.html'})")
     return 0
 

@@ -49,6 +49,7 @@ class Entry:
 class Emitted:
     text: str
     entries: list[Entry]
+    gpu: str = ""                                        # whose measurements
 
 
 def verdicts_of(db: Store, study: str, target: str, gpu: str) -> dict[str, ShapeVerdict]:
@@ -169,7 +170,7 @@ def emit(db: Store, study: Study, target: GpuSpec, gpu_used: str | None = None, 
                         f"run python -m tuner.sweep --study {study.name} --gpu {target.name} on a GPU first")
     entries = select(rows, verdicts_of(db, study.name, target.name, gpus[0]), top)
     check_budget(entries, target)
-    return Emitted(render(entries, study.name, target, gpus[0], rows, command), entries)
+    return Emitted(render(entries, study.name, target, gpus[0], rows, command), entries, gpus[0])
 
 
 def write(emitted: Emitted, path: Path) -> None:
@@ -226,7 +227,9 @@ def main(argv=None) -> int:
     if args.verify:
         from tuner.verify import verify
 
-        return verify(out, study, db.results(study.name, target.name), Path(args.verify))
+        winners = {shape: v.winner.config for shape, v in verdicts_of(db, study.name, target.name,
+                                                                        emitted.gpu).items()}
+        return verify(out, study, db.results(study.name, target.name), Path(args.verify), winners)
     return 0
 
 

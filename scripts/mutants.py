@@ -1,0 +1,153 @@
+"""Mutation testing as a habit: realistic bugs put into the code one at a time, against the CPU suite.
+
+    python scripts/mutants.py [--only NAME ...] [--markdown docs/results/DATE-mutants.md]
+
+Each mutant is a one-place edit that a person could make by mistake; it is applied to a
+copy of the repository, the tests that cover its module run there (``-x``, stop at the
+first failure), and the mutant counts as killed when they fail. The repository itself is
+never modified. Outside CI: a full run takes about 20 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL = ["tests/test_kernel.py"]
+GATE = ["tests/test_reference.py", "tests/test_gate.py", "tests/test_runner.py", "tests/test_kernel.py"]
+BUDGET = ["tests/test_budget.py"]
+SWEEP = ["tests/test_records.py", "tests/test_finalists.py", "tests/test_store.py", "tests/test_sweep.py"]
+EMIT = ["tests/test_emit.py", "tests/test_records.py"]
+DASH = ["tests/test_dashboard.py"]
+
+# (name, file, text before, text after, tests)
+MUTANTS = [
+    ("kernel: key mask off by one", "kernel/flash_fwd.py", "in_bounds = offs_key[:, None] < N_K",
+     "in_bounds = offs_key[:, None] <= N_K", KERNEL),
+    ("kernel: score mask off by one", "kernel/flash_fwd.py", "keep = offs_key[None, :] < N_K",
+     "keep = offs_key[None, :] <= N_K", KERNEL),
+    ("kernel: causal diagonal excluded", "kernel/flash_fwd.py", "offs_key[None, :] <= offs_m[:, None]",
+     "offs_key[None, :] < offs_m[:, None]", KERNEL),
+    ("kernel: V read with K's stride", "kernel/flash_fwd.py", "v = tl.load(v_ptrs + start_n * stride_vn)",
+     "v = tl.load(v_ptrs + start_n * stride_kn)", KERNEL),
+    ("kernel: accumulator not rescaled", "kernel/flash_fwd.py", "acc = acc * alpha[:, None]", "acc = acc", KERNEL),
+    ("kernel: lse in log2 units", "kernel/flash_fwd.py", "m_i * LN2 + tl.log(l_i)", "m_i + tl.log(l_i)", KERNEL),
+    ("kernel: last query row not loaded", "kernel/flash_fwd.py", "q = tl.load(q_ptrs, mask=offs_m[:, None] < N_Q",
+     "q = tl.load(q_ptrs, mask=offs_m[:, None] < N_Q - 1", KERNEL),
+    ("kernel: causal key stop too early", "kernel/flash_fwd.py", "key_stop = tl.minimum(N_K, start_m + BLOCK_M)",
+     "key_stop = tl.minimum(N_K, start_m + 1)", KERNEL),
+    ("kernel: no-key rows get lse 0", "kernel/flash_fwd.py", 'lse = tl.where(no_key, float("-inf"),',
+     "lse = tl.where(no_key, 0.0,", KERNEL),
+    ("kernel: scale 1/D instead of 1/sqrt(D)", "kernel/flash_fwd.py", "scale = 1.0 / math.sqrt(shape.head_dim)",
+     "scale = 1.0 / shape.head_dim", KERNEL),
+    ("launcher: plan key ignores alignment", "kernel/flash_fwd.py",
+     "q.device, k.device, v.device, q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, causal, config,",
+     "q.device, k.device, v.device, causal, config,", KERNEL),
+    ("launcher: plan key ignores v's strides", "kernel/flash_fwd.py",
+     "return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(),",
+     "return (q.shape, k.shape, v.shape, q.stride(), k.stride(),", KERNEL),
+    ("gate: 25x looser multiple", "kernel/reference.py", "TORCH_ERROR_MULTIPLE = 3.0", "TORCH_ERROR_MULTIPLE = 75.0",
+     GATE),
+    ("gate: fp32 floor 25x looser", "kernel/reference.py", "OUT_FLOOR = {torch.float32: 2e-6,",
+     "OUT_FLOOR = {torch.float32: 5e-5,", GATE),
+    ("gate: lse ignored", "kernel/reference.py",
+     "return not self.nan and self.err_out <= self.bound_out and self.err_lse <= self.bound_lse",
+     "return not self.nan and self.err_out <= self.bound_out", GATE),
+    ("gate: gate shapes ignored", "tuner/runner.py", "if failure is None and not gated.ok:",
+     "if False and not gated.ok:", GATE),
+    ("gate: no one-key edge shape", "tuner/gate.py", "n_k=2 * config.block_n + 1", "n_k=2 * config.block_n", GATE),
+    ("gate: V shares K's layout", "tuner/gate.py", 'GateShape("short-keys", short, strided_v=True)',
+     'GateShape("short-keys", short, strided_v=False)', GATE),
+    ("budget: 1 KB over the limit accepted", "tuner/budget/_verdict.py", "if info.shared_bytes > limit:",
+     "if info.shared_bytes > limit + 1024:", BUDGET),
+    ("budget: register verdict ignored", "tuner/budget/_verdict.py",
+     "if info.registers * threads > gpu.regs_per_sm:", "if False:", BUDGET),
+    ("budget: spills ignored", "tuner/budget/_verdict.py", "if info.spill_bytes:", "if False:", BUDGET),
+    ("budget: static shared memory ignored", "tuner/budget/_verdict.py",
+     "static = info.static_shared_bytes if info else 0", "static = 0", BUDGET),
+    ("budget: wgmma model one stage short", "tuner/budget/_model.py",
+     "return config.num_stages * 2 * kv_bytes + q_bytes", "return (config.num_stages - 1) * 2 * kv_bytes + q_bytes",
+     BUDGET),
+    ("budget: threads per block unchecked", "tuner/space.py", "if threads > THREADS_PER_BLOCK:", "if False:", BUDGET),
+    ("sweep: compile errors stored as crashes", "tuner/driver.py",
+     "if status == Status.CRASHED and outcome.error_type in COMPILE_ERRORS:", "if False:", SWEEP),
+    ("sweep: any failure stored as crashed", "tuner/driver.py", "        status = outcome.status\n",
+     "        status = outcome.status if outcome.status == Status.TIMED else Status.CRASHED\n", SWEEP),
+    ("sweep: rejected configs get a value", "tuner/records.py",
+     "if not rows or any(r.status != Status.TIMED for r in rows):", "if not rows:", SWEEP),
+    ("sweep: rejected configs told as feasible", "tuner/search.py",
+     "trial.set_constraint(REJECTED_CONSTRAINT, 0.0 if value > 0 else 1.0)",
+     "trial.set_constraint(REJECTED_CONSTRAINT, 0.0)", SWEEP),
+    ("sweep: study restrictions ignored", "tuner/stages.py", "if not study.allowed(config, shape.head_dim):",
+     "if False:", SWEEP),
+    ("finalists: winner by the first round", "tuner/finalists.py", "key=lambda t: (t.median, t.config)",
+     "key=lambda t: (t.times[0], t.config)", SWEEP),
+    ("finalists: noise never keeps both", "tuner/finalists.py",
+     "return self.runner_up is None or self.gap > self.noise", "return True", SWEEP),
+    ("store: rows added, not replaced", "tuner/store.py", "                        session.execute(delete(Result)",
+     "                        0 and session.execute(delete(Result)", SWEEP),
+    ("emit: budget guard skipped", "tuner/emit.py", "    check_budget(entries, target)\n", "", EMIT),
+    ("emit: configs timed on some shapes accepted", "tuner/records.py",
+     "if {r.shape for r in rs} == shapes and all(r.status == Status.TIMED and r.ms for r in rs)}",
+     "if any(r.status == Status.TIMED and r.ms for r in rs)}", EMIT),
+    ("dashboard: heatmap transposed", "tuner/dashboard.py",
+     "grid = [[rows_by_cell.get((bm, bn, warps, stages)) for bn in block_n] for bm in block_m]",
+     "grid = [[rows_by_cell.get((bn, bm, warps, stages)) for bn in block_n] for bm in block_m]", DASH),
+    ("dashboard: roofline 1000x too low", "tuner/dashboard.py", "intensity * spec.mem_bandwidth_gbs * 1e9 / 1e12",
+     "intensity * spec.mem_bandwidth_gbs * 1e9 / 1e15", DASH),
+    ("dashboard: smem label in thousands", "tuner/dashboard.py", 'return f"smem<br>{needed // 1024}K"',
+     'return f"smem<br>{needed // 1000}K"', DASH),
+    ("dashboard: host µs button dropped", "tuner/dashboard.py",
+     '    "host_us": ("host µs", "host µs per call (lower is better)"),\n', "", DASH),
+]
+
+
+def run_one(name: str, file: str, before: str, after: str, tests: list[str], scratch: Path) -> tuple[bool, float, str]:
+    copy = scratch / "repo"
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "fa2-out", "*.db", ".whl"))
+    target = copy / file
+    text = target.read_text()
+    if text.count(before) < 1:
+        raise SystemExit(f"mutant {name!r}: {before!r} not found in {file}")
+    target.write_text(text.replace(before, after))
+    env = {**os.environ, "PYTHONPATH": str(copy), "TRITON_INTERPRET": "1"}
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow and not gpu",
+                             "-p", "no:cacheprovider", *tests], cwd=copy, env=env, capture_output=True, text=True)
+    lines = result.stdout.strip().splitlines()
+    return result.returncode != 0, time.perf_counter() - started, lines[-1] if lines else result.stderr[-200:]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", help="names (substrings) of the mutants to run")
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTANTS if not args.only or any(o in m[0] for o in args.only)]
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, file, before, after, tests in chosen:
+            killed, seconds, last = run_one(name, file, before, after, tests, Path(scratch))
+            rows.append((name, file, killed, seconds, last))
+            print(f"{'killed  ' if killed else 'SURVIVED'} {seconds:5.0f} s  {name}  ({last})", flush=True)
+    killed = sum(r[2] for r in rows)
+    lines = [f"{killed} of {len(rows)} mutants killed ({100 * killed / len(rows):.0f}%).", "",
+             "| mutant | file | result | seconds |", "|---|---|---|---|"]
+    lines += [f"| {n} | {f} | {'killed' if k else 'survived'} | {s:.0f} |" for n, f, k, s, _ in rows]
+    print("\n".join(lines))
+    if args.markdown:
+        args.markdown.write_text("\n".join(lines) + "\n")
+    return 0 if killed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
