@@ -46,3 +46,8 @@ def test_a_gap_inside_the_noise_keeps_both():
 def test_a_lone_finalist_is_its_own_winner():
     verdict = judge("s", {"a": [2.0, 2.0]})
     assert verdict.runner_up is None and verdict.separated and verdict.kept == ["a"]
+
+
+def test_the_winner_is_the_best_median_not_the_best_single_round():
+    verdict = judge("s", {"lucky": [0.90, 1.10, 1.10, 1.10, 1.10], "steady": [1.00, 1.00, 1.01, 1.00, 1.00]})
+    assert verdict.winner.config == "steady" and verdict.runner_up.config == "lucky"

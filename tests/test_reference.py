@@ -47,7 +47,8 @@ def test_half_the_bound_passes_and_twice_the_bound_fails(dtype, which):
 
 def test_bounds_are_three_times_pytorchs_error_or_the_floor():
     big = TorchError(out=1e-2, lse=1e-3)
-    assert bounds(torch.float16, big) == (TORCH_ERROR_MULTIPLE * 1e-2, TORCH_ERROR_MULTIPLE * 1e-3)
+    assert TORCH_ERROR_MULTIPLE == 3.0
+    assert bounds(torch.float16, big) == pytest.approx((3e-2, 3e-3))
     exact = TorchError(out=0.0, lse=0.0)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         assert bounds(dtype, exact) == (OUT_FLOOR[dtype], LSE_FLOOR[dtype])
@@ -86,3 +87,13 @@ def test_causal_reference_masks_the_upper_triangle():
     q, k, v, reference, _ = _case(torch.float64, causal=True, n_q=5, n_k=5)
     out, _ = attention_reference(q, k, v, True, dtype=torch.float64)
     assert torch.allclose(out[..., 0, :], v[..., 0, :])          # row 0 sees key 0 only
+
+
+def test_four_times_pytorchs_own_error_fails_and_twice_passes():
+    """The rule of the flash-attention tests: no worse than a small multiple (3) of PyTorch's error."""
+    q, k, v, reference, _ = _case(torch.float16)
+    pytorch = TorchError(out=1e-3, lse=1e-4)              # well above the floors: the multiple decides
+    for factor, passes in ((2.0, True), (4.0, False)):
+        out = _perturbed(reference[0], factor * pytorch.out)
+        result = accuracy(out, reference[1], q, k, v, False, reference=reference, torch_error=pytorch)
+        assert result.ok is passes, (factor, result.reason)

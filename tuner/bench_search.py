@@ -229,7 +229,7 @@ def stability_report(verdict) -> list[str]:
 
 
 def stability(url: str, study_name: str, target_name: str, shape_label: str | None, top: int, repeats: int,
-              markdown: Path | None) -> int:
+              markdown: Path | None, protocol: tuple[float, float] | None = None) -> int:
     """Re-time a shape's top configs ``repeats`` times in rotating rounds (as the finalists are)."""
     import torch
 
@@ -259,20 +259,21 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
     sets = make_sets(shape.batch, shape.heads, shape.n_q, shape.head_dim, shape.torch_dtype)
     env = environment()
     warm_gpu()
+    rep_ms, settle_ms = protocol or RETIME
     times: dict[str, list[float]] = {key: [] for key in keys}
     for order in round_orders(keys, repeats):
         for key in order:
             kwargs = Config.parse(key).as_kwargs()
             calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], shape.causal, **kwargs, out=s[3], lse=s[4])
                      for s in sets]
-            times[key].append(gpu_time(calls, RETIME[0], settle_ms=RETIME[1]).ms)
+            times[key].append(gpu_time(calls, rep_ms, settle_ms=settle_ms).ms)
     verdict = judge(shape.label, times)
     header = [environment_line(env),
               f"Command: python -m tuner.bench_search stability --study {study_name} --gpu {target_name} "
               f"--shape \"{shape.label}\" --top {top} --repeats {repeats}",
               f"The top {len(keys)} configs of the store for {shape.label}, each timed {repeats} times in rounds "
-              f"whose order rotates (GPU time by CUDA-graph replay, {len(sets)} input sets, {RETIME[1]:.0f} ms "
-              f"of replays to settle the clock, then {RETIME[0]:.0f} ms timed; the median replay).", ""]
+              f"whose order rotates (GPU time by CUDA-graph replay, {len(sets)} input sets, {settle_ms:.0f} ms "
+              f"of replays to settle the clock, then {rep_ms:.0f} ms timed; the median replay).", ""]
     text = "\n".join(header + stability_report(verdict))
     print(text)
     if markdown:
@@ -329,12 +330,16 @@ def main(argv=None) -> int:
     p_stability.add_argument("--top", type=int, default=5)
     p_stability.add_argument("--repeats", type=int, default=5)
     p_stability.add_argument("--markdown", type=Path)
+    p_stability.add_argument("--settle-ms", type=float, help="untimed replays first (default the finalists')")
+    p_stability.add_argument("--rep-ms", type=float, help="timed replays (default the finalists')")
     args = parser.parse_args(argv)
     problem = _check_args(args)
     if problem:
         return usage_error(parser, problem)
     if args.command == "stability":
-        return stability(args.storage, args.study, args.gpu, args.shape, args.top, args.repeats, args.markdown)
+        protocol = (args.rep_ms, args.settle_ms) if args.rep_ms and args.settle_ms is not None else None
+        return stability(args.storage, args.study, args.gpu, args.shape, args.top, args.repeats, args.markdown,
+                         protocol)
     if args.command == "speed":
         return speed(args.study, args.markdown)
     return quality(args.storage, args.study, args.gpu, args.shape, args.samplers, args.seeds, args.markdown)
