@@ -46,11 +46,15 @@ def make_sets(batch, heads, n, head_dim, dtype) -> list[tuple]:
     return sets
 
 
-def _time_config(sets, causal, config) -> tuple[float, str]:
+def set_calls(sets, causal: bool, config: dict) -> list:
+    """One call of the kernel per (q, k, v, out, lse) set of :func:`make_sets`, for the timers."""
     from kernel import flash_attn_fwd
 
-    calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], causal, **config, out=s[3], lse=s[4]) for s in sets]
-    timing = gpu_time(calls)
+    return [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], causal, **config, out=s[3], lse=s[4]) for s in sets]
+
+
+def _time_config(sets, causal, config) -> tuple[float, str]:
+    timing = gpu_time(set_calls(sets, causal, config))
     return timing.ms, timing.method
 
 

@@ -375,12 +375,9 @@ class LaunchPlan:
         if (run is None or _current_device() != self._device_index or _busy(_RUNTIME.launch_enter_hook)
                 or _busy(_RUNTIME.launch_exit_hook)):
             self._launch_jit(q, k, v, out, lse)      # first call, another device current, or a profiler's hooks
-        elif self._direct:
-            run(grid[0], grid[1], 1, _current_stream(self._device_index), self._function, self._cooperative,
-                self._pdl, None, None, self._packed, None, None, None, q, k, v, out, lse, *self._scalars)
         else:
-            run(grid[0], grid[1], 1, _current_stream(self._device_index), self._function, self._packed, None, None,
-                None, q, k, v, out, lse, *self._scalars)
+            run(grid[0], grid[1], 1, _current_stream(self._device_index), *self._head, q, k, v, out, lse,
+                *self._scalars)
         return out, lse
 
     def _launch_jit(self, q, k, v, out, lse) -> None:
@@ -396,26 +393,26 @@ class LaunchPlan:
         """Keep what a direct launch of ``compiled`` needs: its launcher, grid and arguments."""
         chosen = self.launch or self.kernel.best_config.kwargs      # an autotuner's pick
         launcher = compiled.run
-        self._direct = (_DIRECT_LAUNCH and hasattr(launcher, "launch")
-                        and getattr(launcher, "global_scratch_size", 1) == 0
-                        and getattr(launcher, "profile_scratch_size", 1) == 0)
-        if self._direct:
-            self._cooperative, self._pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
-        self._function, self._packed = compiled.function, compiled.packed_metadata
+        direct = (_DIRECT_LAUNCH and hasattr(launcher, "launch") and getattr(launcher, "global_scratch_size", 1) == 0
+                  and getattr(launcher, "profile_scratch_size", 1) == 0)
+        # What follows the stream: the C entry point also takes the cooperative and PDL flags and the
+        # two scratch buffers (none here); both take the packed metadata, launch metadata and the hooks.
+        flags = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None) if direct else ()
+        self._head = (compiled.function, *flags, compiled.packed_metadata, None, None, None)
         self.grid = (triton.cdiv(self.shape.n_q, chosen["BLOCK_M"]), self.grid[1])
         # The launcher takes every argument, constexprs included, in signature order.
         self._scalars = tuple(args[5:]) + (self.shape.head_dim, chosen["BLOCK_M"], chosen["BLOCK_N"], self.causal)
-        self.compiled, self._run = compiled, launcher.launch if self._direct else launcher
+        self.compiled, self._run = compiled, launcher.launch if direct else launcher
 
 
 _PLANS: dict[tuple, LaunchPlan] = {}
 _PLAN_LIMIT = 4096        # layouts kept; a process that makes more starts over
 
 
-def _plan_key(q, k, v, causal, config, out, lse) -> tuple:
+def _plan_key(kernel, q, k, v, causal, config, out, lse) -> tuple:
     # Pointer alignment is in the key: the JIT compiles 16-byte aligned pointers
     # differently, so a misaligned view must never reuse an aligned tensor's binary.
-    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+    return (kernel, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
             q.device, k.device, v.device, q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, causal, config,
             None if out is None else (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() % 16),
             None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() % 16))
@@ -426,13 +423,11 @@ def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse) -> La
     _check_inputs(q, k, v, causal)
     launch = {}
     if config is not None:
-        block_m, block_n, num_warps, num_stages = config
         if None in config:  # only untuned calls ask the device for defaults
             defaults = default_config(q.shape[-1], causal)
-            block_m = defaults["block_m"] if block_m is None else block_m
-            block_n = defaults["block_n"] if block_n is None else block_n
-            num_warps = defaults["num_warps"] if num_warps is None else num_warps
-            num_stages = defaults["num_stages"] if num_stages is None else num_stages
+            names = ("block_m", "block_n", "num_warps", "num_stages")
+            config = tuple(defaults[name] if given is None else given for name, given in zip(names, config))
+        block_m, block_n, num_warps, num_stages = config
         _check_config(block_m, block_n, num_warps, num_stages)
         launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
     if out is not None:
@@ -449,7 +444,7 @@ def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse) -> La
 def plan_for(kernel, config: tuple | None, q, k, v, causal=False, out=None, lse=None) -> LaunchPlan:
     """The cached plan for this call, made (and every input checked) on first sight."""
     try:
-        key = (kernel, *_plan_key(q, k, v, causal, config, out, lse))
+        key = _plan_key(kernel, q, k, v, causal, config, out, lse)
         plan = _PLANS.get(key)
     except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
         key = plan = None

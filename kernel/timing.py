@@ -107,11 +107,11 @@ def _one_pass_ms(calls: Sequence[Callable[[], object]]) -> float:
 
 
 def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0,
-                       warm_ms: float = 0.0) -> list[float]:
+                       settle_ms: float = 0.0) -> list[float]:
     """GPU ms per call of each timed replay of a CUDA graph that cycles through ``calls``.
 
     One replay holds whole passes over ``calls`` worth about a millisecond of GPU time,
-    so the gaps between replays are a small share. ``warm_ms`` of replays run untimed
+    so the gaps between replays are a small share. ``settle_ms`` of replays run untimed
     first (the clocks settle after the host work that built the graph); then ``rep_ms``
     of replays are timed one by one with CUDA events.
 
@@ -131,7 +131,7 @@ def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40
         for _ in range(passes):
             for call in calls:
                 call()
-    for _ in range(1 + int(warm_ms / (pass_ms * passes))):
+    for _ in range(1 + int(settle_ms / (pass_ms * passes))):
         graph.replay()
     torch.cuda.synchronize()
     replays = max(10, min(5000, int(rep_ms / (pass_ms * passes))))
@@ -146,9 +146,9 @@ def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40
     return per_call
 
 
-def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warm_ms: float = 0.0) -> float:
+def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, settle_ms: float = 0.0) -> float:
     """Median GPU ms per call over graph replays (:func:`graph_replay_times`)."""
-    return statistics.median(graph_replay_times(calls, rep_ms, warm_ms))
+    return statistics.median(graph_replay_times(calls, rep_ms, settle_ms))
 
 
 def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup_ms: int = 10,

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from kernel import flash_attn_fwd
-from kernel.bench import make_sets
+from kernel.bench import make_sets, set_calls
 from kernel.timing import graph_replay_times, host_us, sdpa_call, warm_gpu
 from tuner.finalists import round_orders
 from tuner.space import Config
@@ -43,9 +43,7 @@ def main(out: Path) -> None:
             per: dict[str, list[list[float]]] = {key: [] for key in TOP5}
             for order in round_orders(TOP5, 5):
                 for key in order:
-                    kw = Config.parse(key).as_kwargs()
-                    calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], False, **kw, out=s[3], lse=s[4])
-                             for s in sets]
+                    calls = set_calls(sets, False, Config.parse(key).as_kwargs())
                     per[key].append(graph_replay_times(calls, rep, warm))
             raw[f"{name}#{repeat}"] = per
     summary = {}

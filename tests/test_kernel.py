@@ -252,6 +252,43 @@ def test_three_d_inputs_use_one_head(device, fresh_inputs, assert_matches_refere
         assert_matches_reference(out, lse, q, k, v, True, seed, label="3-D")
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, device, monkeypatch):
+    """The direct path as Triton's own launch would make it: grid, stream, function, (the C entry
+    point's cooperative and PDL flags and scratch buffers), packed metadata, no launch metadata or
+    hooks, then every kernel argument with the constexprs. CI has no GPU, so a fake launcher records."""
+    import kernel.flash_fwd as ff
+
+    calls = []
+
+    class Launcher:
+        launch_cooperative_grid, launch_pdl, global_scratch_size, profile_scratch_size = 0, 1, 0, 0
+
+        def __call__(self, *args):
+            calls.append(("wrapper", args))
+
+        def launch(self, *args):
+            calls.append(("entry", args))
+
+    class Compiled:
+        function, packed_metadata, run = "FUNCTION", "PACKED", Launcher()
+
+    monkeypatch.setattr(ff, "_DIRECT_LAUNCH", direct)
+    monkeypatch.setattr(ff, "_current_device", lambda: None if device == "cpu" else 0)
+    monkeypatch.setattr(ff, "_current_stream", lambda index: "STREAM")
+    q = torch.randn(2, 3, 40, 16, device=device)
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device=device)
+    plan = _plan(q, q, q, True, (32, 16, 4, 2), out, lse)
+    args = [value for _, value in kernel.kernel_arguments((q, q, q, out, lse), plan.shape, True)]
+    plan._adopt(Compiled(), args)
+    plan(q, q, q, out, lse)
+    flags = (0, 1, None, None) if direct else ()
+    head = (2, 6, 1, "STREAM", "FUNCTION", *flags, "PACKED", None, None, None)
+    assert calls[0][0] == ("entry" if direct else "wrapper")
+    assert calls[0][1][:len(head)] == head
+    assert calls[0][1][len(head):] == (*args, 16, 32, 16, True)
+
+
 # ------------------------------------------------------------------------------- GPU only
 
 LARGE = [(4, 8, 4096, 4096, 64), (4, 8, 4096, 4096, 128), (2, 4, 8192, 8192, 64), (1, 8, 3000, 5000, 128)]

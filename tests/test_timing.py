@@ -29,13 +29,11 @@ def test_the_environment_line_names_gpu_driver_versions_and_date():
 @pytest.mark.gpu
 def test_graph_timer_agrees_with_do_bench_at_n_4096():
     """At N=4096 the launcher is a small share of a 0.3 ms kernel, so the two must agree within 3%."""
-    from kernel import flash_attn_fwd
-    from kernel.bench import make_sets
+    from kernel.bench import make_sets, set_calls
 
     timing.warm_gpu()
     sets = make_sets(4, 8, 4096, 64, torch.bfloat16)
-    config = dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
-    calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], False, **config, out=s[3], lse=s[4]) for s in sets]
+    calls = set_calls(sets, False, dict(block_m=128, block_n=64, num_warps=8, num_stages=3))
     graph = timing.gpu_time(calls, rep_ms=100)
     bench = timing.do_bench_median(calls[0], 25, 200)
     print(f"\ngraph {graph.ms:.4f} ms ({graph.method}, {len(sets)} sets), do_bench {bench:.4f} ms")

@@ -233,10 +233,10 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
     """Re-time a shape's top configs ``repeats`` times in rotating rounds (as the finalists are)."""
     import torch
 
-    from kernel import flash_attn_fwd
-    from kernel.timing import RETIME, environment, environment_line, gpu_time, warm_gpu
-    from tuner.finalists import judge, round_orders
-    from tuner.space import Config
+    from kernel.bench import make_sets
+    from kernel.timing import RETIME, environment, environment_line, warm_gpu
+    from tuner.bench_timing import retime
+    from tuner.finalists import judge
     from tuner.status import Status
     from tuner.store import Store
     from tuner.study import load
@@ -254,20 +254,11 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
     rows = [r for r in Store(url, create=False).results(study.name, target_name)
             if r.shape == shape.label and r.status == Status.TIMED]
     keys = [r.config for r in sorted(rows, key=lambda r: r.ms)[:top]]
-    from kernel.bench import make_sets
-
     sets = make_sets(shape.batch, shape.heads, shape.n_q, shape.head_dim, shape.torch_dtype)
     env = environment()
     warm_gpu()
     rep_ms, settle_ms = protocol or RETIME
-    times: dict[str, list[float]] = {key: [] for key in keys}
-    for order in round_orders(keys, repeats):
-        for key in order:
-            kwargs = Config.parse(key).as_kwargs()
-            calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], shape.causal, **kwargs, out=s[3], lse=s[4])
-                     for s in sets]
-            times[key].append(gpu_time(calls, rep_ms, settle_ms=settle_ms).ms)
-    verdict = judge(shape.label, times)
+    verdict = judge(shape.label, retime(shape, keys, repeats, (rep_ms, settle_ms), sets))
     header = [environment_line(env),
               f"Command: python -m tuner.bench_search stability --study {study_name} --gpu {target_name} "
               f"--shape \"{shape.label}\" --top {top} --repeats {repeats}",

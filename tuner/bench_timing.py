@@ -83,22 +83,22 @@ def host(markdown: Path | None, rounds: int = 7) -> int:
     return 0
 
 
-def _retime(shape, keys: list[str], rounds: int = ROUNDS) -> dict[str, list[float]]:
-    """Configs timed together on one shape, in rounds whose order rotates (as the finalists are)."""
-    from kernel import flash_attn_fwd
-    from kernel.bench import make_sets
+def retime(shape, keys: list[str], rounds: int = ROUNDS, protocol: tuple[float, float] | None = None,
+           sets: list | None = None) -> dict[str, list[float]]:
+    """Configs timed together on one shape in this process, in rounds whose order rotates, each
+    measurement with ``protocol`` = (rep_ms, settle_ms), by default the finalists' own."""
+    from kernel.bench import make_sets, set_calls
     from kernel.timing import RETIME, gpu_time
     from tuner.finalists import round_orders
     from tuner.space import Config
 
-    sets = make_sets(shape.batch, shape.heads, shape.n_q, shape.head_dim, shape.torch_dtype)
+    rep_ms, settle_ms = protocol or RETIME
+    sets = sets or make_sets(shape.batch, shape.heads, shape.n_q, shape.head_dim, shape.torch_dtype)
     times: dict[str, list[float]] = {key: [] for key in dict.fromkeys(keys)}
     for order in round_orders(list(times), rounds):
         for key in order:
-            kwargs = Config.parse(key).as_kwargs()
-            calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], shape.causal, **kwargs, out=s[3], lse=s[4])
-                     for s in sets]
-            times[key].append(gpu_time(calls, RETIME[0], settle_ms=RETIME[1]).ms)
+            calls = set_calls(sets, shape.causal, Config.parse(key).as_kwargs())
+            times[key].append(gpu_time(calls, rep_ms, settle_ms=settle_ms).ms)
     return times
 
 
@@ -130,7 +130,7 @@ def grids(urls: list[str], study_name: str, target: str, markdown: Path | None) 
     worst = 0.0
     for shape in study.shapes:
         a, b = _winner(first, study.name, target, shape.label), _winner(second, study.name, target, shape.label)
-        verdict = judge(shape.label, _retime(shape, [a, b]))
+        verdict = judge(shape.label, retime(shape, [a, b]))
         medians = {t.config: t.median for t in verdict.ranked}
         apart = abs(medians[a] / medians[b] - 1)
         worst = max(worst, apart)
@@ -171,14 +171,14 @@ def tpe(tpe_url: str, grid_url: str, study_name: str, target_name: str, grid_tar
     for shape in study.shapes:
         best = {name: min((r for r in rows if r.shape == shape.label and r.status == Status.TIMED),
                           key=lambda r: r.ms).config for name, rows in (("tpe", tpe_rows), ("grid", grid_rows))}
-        times = _retime(shape, list(best.values()))
+        times = retime(shape, list(best.values()))
         ratio = _median(times[best["tpe"]]) / _median(times[best["grid"]])
         worst = max(worst, ratio - 1)
         lines.append(f"| {shape.label} | {best['tpe']} | {best['grid']} | {ratio:.3f} |")
     overall = {name: max(records.scores(rows).items(), key=lambda item: item[1])[0]
                for name, rows in (("tpe", tpe_rows), ("grid", grid_rows))}
     ratios = [_median(t[overall["tpe"]]) / _median(t[overall["grid"]])
-              for t in (_retime(shape, list(overall.values())) for shape in study.shapes)]
+              for t in (retime(shape, list(overall.values())) for shape in study.shapes)]
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     lines += ["", f"Best across shapes: TPE {overall['tpe']}, grid {overall['grid']}; re-timed together on every "
                   f"shape, TPE's takes {geo:.3f}x the grid's time (geometric mean).",

@@ -18,6 +18,7 @@ from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from kernel.timing import WALL
 from tuner import budget, finalists, records, search
 from tuner.budget import CompilePool, CompileTask
 from tuner.gpus import GpuSpec
@@ -262,7 +263,7 @@ class Sweep:
             print(f"finalists were not re-timed: {failure.reason}", file=sys.stderr)
             return {}
         self.clock.retime_s += time.perf_counter() - started
-        timer = "wall_clock" if self.options.device == "cpu" else None
+        timer = WALL if self.options.device == "cpu" else None
         stored = []
         for label, per_config in times.items():
             verdict = finalists.judge(label, per_config)

@@ -27,6 +27,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 
+from kernel.timing import WALL
 from tuner.gate import GateShape, finite, gate_shapes, make_case
 from tuner.problem import Problem
 from tuner.space import Config
@@ -136,13 +137,12 @@ class _Bench:
             start = time.perf_counter()
             flash_attn_fwd(q, k, v, problem.causal, **kwargs, out=out, lse=lse)
             ms = (time.perf_counter() - start) * 1e3
-            return ms, "wall_clock", ms * 1e3
+            return ms, WALL, ms * 1e3
+        from kernel.bench import set_calls
         from kernel.timing import RETIME, gpu_time, host_us
 
-        calls = [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], problem.causal, **kwargs, out=s[3], lse=s[4])
-                 for s in sets]
         rep_ms, settle_ms = RETIME if retime else (self.rep_ms, 0.0)
-        timing = gpu_time(calls, rep_ms, self.warmup_ms, settle_ms)
+        timing = gpu_time(set_calls(sets, problem.causal, kwargs), rep_ms, self.warmup_ms, settle_ms)
         q, k, v = sets[0][:3]
         host = host_us(lambda: flash_attn_fwd(q, k, v, problem.causal, **kwargs), HOST_CALLS, 2) if host else None
         return timing.ms, timing.method, host
@@ -159,7 +159,7 @@ class _Bench:
                 F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal)
                 ms = (time.perf_counter() - start) * 1e3
                 measured[problem.label] = dict(flash_ms=ms, cudnn_ms=ms, flash_host_us=ms * 1e3,
-                                               cudnn_host_us=ms * 1e3, timer="wall_clock")
+                                               cudnn_host_us=ms * 1e3, timer=WALL)
             return measured
         from kernel.timing import time_sdpa, warm_gpu
 

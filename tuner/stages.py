@@ -77,8 +77,7 @@ def compile_stage(config: Config, study: Study, target: GpuSpec, present: GpuSpe
     fields: dict = {}
     binaries = []
     for task, info in zip(tasks, infos):
-        on_target = task.capability == target.capability and (present is None or not task.via_jit
-                                                              or present.capability == target.capability)
+        on_target = task.capability == target.capability     # else it is the GPU present's binary
         gpu = target if on_target else present
         result = budget.verdict(config, task.problem, gpu, info)
         if on_target and task.problem in variants:
