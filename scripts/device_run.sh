@@ -25,8 +25,9 @@ stage() {
     env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv
          python3 -c "import torch, triton, optuna, sqlalchemy, plotly; print('torch', torch.__version__, 'triton', triton.__version__, 'optuna', optuna.__version__, 'sqlalchemy', sqlalchemy.__version__, 'plotly', plotly.__version__)";;
     gputests) timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -s tests/test_kernel.py tests/test_timing.py \
-                tests/test_sweep.py tests/test_emit.py tests/test_budget.py -k "not verdicts_hold" > "$W/gputests.log" 2>&1
-              grep -E "passed|failed|error|graph .* do_bench|host µs" "$W/gputests.log" | tail -8;;
+                tests/test_sweep.py tests/test_emit.py tests/test_budget.py tests/test_profile.py -k "not verdicts_hold" \
+                > "$W/gputests.log" 2>&1
+              grep -E "passed|failed|error|graph .* do_bench|host µs|ncu " "$W/gputests.log" | tail -12;;
     host) python3 -m tuner.bench_timing host --markdown "$W/host.md" 2>&1 | tail -12;;
     bench) python3 -m kernel.bench --head-dim 64 --head-dim 128 --n 512 --n 4096 --markdown "$W/bench.md" \
              --json "$W/bench.json" 2>&1 | grep -v "^|" ;;
@@ -42,6 +43,19 @@ stage() {
             --markdown "$W/tpe.md" 2>&1 | tail -14;;
     emit) python3 -m tuner.emit --study article --gpu sm_90 --storage "sqlite:///$W/grid1.db" \
             --out "$W/configs_h200.py" --verify "$W/verify.md" > "$W/emit.log" 2>&1; echo "emit rc=$?"; tail -12 "$W/verify.md";;
+    h128) python3 -m tuner.sweep --study head_dim_128 --gpu sm_90 --sampler tpe --trials 60 --seed 1 \
+            --storage "sqlite:///$W/h128.db" --out "$W/h128" > "$W/h128.log" 2>&1
+          grep -vE "^\[|^compiling" "$W/h128.log" | tail -30;;
+    prof_article|prof_h128)
+          if [ $1 = prof_article ]; then study=article; cp .cache/carry/grid1.db "$W/grid1p.db"; db=$W/grid1p.db
+          else study=head_dim_128; db=$W/h128.db; fi
+          /usr/bin/time -f "profile wall %e s" python3 -m tuner.profile --study $study --gpu sm_90 --n 4096 --top 3 \
+            --storage "sqlite:///$db" --out "$W/$1" --markdown "$W/$1.md" > "$W/$1.log" 2>&1; echo "profile rc=$?"
+          tail -25 "$W/$1.log";;
+    sweepprof) cp .cache/carry/h128.db "$W/h128s.db"
+          python3 -m tuner.sweep --study head_dim_128 --gpu sm_90 --sampler tpe --trials 60 --seed 1 --finalists 0 \
+            --profile 1 --storage "sqlite:///$W/h128s.db" --out "$W/h128s" > "$W/sweepprof.log" 2>&1
+          echo "sweep --profile rc=$?"; grep -vE "^\[|^compiling" "$W/sweepprof.log" | tail -22;;
     dash) python3 -m tuner.dashboard --storage "sqlite:///$W/grid1.db" --out "$W/dash" --plotlyjs cdn 2>&1 | tail -2;;
     *) echo "unknown stage $1";;
   esac

@@ -101,15 +101,28 @@ def test_the_kernel_never_imports_the_tuner():
     assert not [(m, t) for m, ts in _graph().items() if m.startswith("kernel") for t in ts if t.startswith("tuner")]
 
 
-def test_nothing_outside_the_budget_package_imports_its_private_modules():
-    def private(name: str) -> bool:
-        return name.startswith("tuner.budget._") and not name.startswith("tuner.budget.__")
+def _private_package(name: str) -> str | None:
+    """The package whose private module ``name`` is (``tuner.store._tables`` -> ``tuner.store``), else None."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[1:], start=1):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
 
-    offenders = [(m, t) for m, ts in _graph().items() if not m.startswith("tuner.budget") for t in ts if private(t)]
+
+def test_nothing_outside_a_package_imports_its_private_modules():
+    offenders = [(m, t) for m, ts in _graph().items() for t in ts
+                 if _private_package(t) and not (m + ".").startswith(_private_package(t) + ".")]
     tests = [(p.name, line) for p in (ROOT / "tests").glob("test_*.py") if p.name != "test_imports.py"
              for line in p.read_text().splitlines() if line.lstrip().startswith(("import ", "from "))
-             and any(private(word) for word in line.replace(",", " ").split())]
+             and any(_private_package(word) for word in line.replace(",", " ").split() if word.startswith("tuner."))]
     assert not offenders and not tests, offenders + tests
+
+
+def test_the_private_module_rule_sees_private_modules():
+    assert _private_package("tuner.store._tables") == "tuner.store"
+    assert _private_package("tuner.budget._compile") == "tuner.budget"
+    assert _private_package("tuner.store") is None and _private_package("tuner.__main__") is None
 
 
 def test_modules_and_functions_stay_small():

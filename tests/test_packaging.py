@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,8 +17,17 @@ ROOT = Path(__file__).resolve().parent.parent
 def installed(tmp_path_factory) -> Path:
     """The wheel ``pip`` builds from the repo, unpacked into a folder of its own."""
     out = tmp_path_factory.mktemp("wheel")
+    # From a copy of the files git knows of: a stale build/ folder in the checkout would
+    # otherwise ship modules that no longer exist.
+    source = tmp_path_factory.mktemp("source")
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.split("\n")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(ROOT)], check=True, capture_output=True, cwd=out)
+                    str(source)], check=True, capture_output=True, cwd=out)
     wheel = next(out.glob("fa2_tuner-*.whl"))
     site = out / "site"
     with zipfile.ZipFile(wheel) as archive:
@@ -36,6 +46,15 @@ def test_the_wheel_ships_the_studies_and_both_packages(installed):
         assert any(name in line.lower() for line in requires), name
     entry_points = (next(installed.glob("fa2_tuner-*.dist-info")) / "entry_points.txt").read_text()
     assert "fa2-tuner = tuner.sweep:main" in entry_points
+
+
+def test_the_wheel_holds_every_module_of_the_repo(installed):
+    def python_files(root: Path) -> set[str]:
+        return {str(p.relative_to(root)) for folder in ("kernel", "tuner") for p in (root / folder).rglob("*.py")}
+
+    modules, shipped = python_files(ROOT), python_files(installed)
+    assert modules <= shipped, sorted(modules - shipped)
+    assert shipped <= modules | {"tuner/studies/__init__.py"}, sorted(shipped - modules)     # nothing stale
 
 
 def test_the_installed_package_finds_its_studies_from_another_folder(installed, tmp_path):

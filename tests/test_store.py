@@ -103,3 +103,13 @@ def test_an_older_database_gains_new_columns_and_keeps_its_rows(tmp_path):
     reopened = Store(f"sqlite:///{path}", create=False)
     rows = reopened.results("x")
     assert len(rows) == 1 and rows[0].host_us is None
+
+
+def test_a_reader_of_a_store_older_than_a_table_gains_the_table_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "old.db"
+    db = Store(f"sqlite:///{path}")
+    db.replace_results([_result(_run(db).id, "a")])
+    with sqlite3.connect(path) as connection:       # made before fa2_profiles existed
+        connection.execute("drop table fa2_profiles")
+    reopened = Store(f"sqlite:///{path}", create=False)
+    assert reopened.profiles() == [] and len(reopened.results("x")) == 1

@@ -8,17 +8,25 @@ into rows by :mod:`tuner.records` and into outputs by :mod:`tuner.emit` and
 :mod:`tuner.dashboard`. :mod:`tuner.sweep` is the command line.
 """
 
-from tuner.budget import BudgetResult, CompileInfo, CompilePool, check, check_many, model_smem_bytes
-from tuner.gpus import GpuSpec, valid_names
-from tuner.problem import Problem
-from tuner.space import Config, SearchSpace, restriction
-from tuner.status import Stage, Status
-from tuner.store import Store
-from tuner.study import Study, StudyError
-from tuner.study import load as load_study
+from __future__ import annotations
 
-__all__ = [
-    "BudgetResult", "CompileInfo", "CompilePool", "Config", "GpuSpec", "Problem", "SearchSpace", "Stage", "Status",
-    "Store", "Study", "StudyError", "check", "check_many", "load_study", "model_smem_bytes", "restriction",
-    "valid_names",
-]
+import importlib
+
+# Names resolve on first use (PEP 562), so that running one small module, such as the
+# program Nsight Compute launches, does not import SQLAlchemy, Optuna and the compiler.
+_EXPORTS = {
+    "BudgetResult": "tuner.budget", "CompileInfo": "tuner.budget", "CompilePool": "tuner.budget",
+    "check": "tuner.budget", "check_many": "tuner.budget", "model_smem_bytes": "tuner.budget",
+    "GpuSpec": "tuner.gpus", "valid_names": "tuner.gpus", "Problem": "tuner.problem",
+    "Config": "tuner.space", "SearchSpace": "tuner.space", "restriction": "tuner.space",
+    "Stage": "tuner.status", "Status": "tuner.status", "Store": "tuner.store",
+    "Study": "tuner.study", "StudyError": "tuner.study", "load_study": "tuner.study",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tuner' has no attribute {name!r}")
+    module = importlib.import_module(_EXPORTS[name])
+    return getattr(module, "load" if name == "load_study" else name)

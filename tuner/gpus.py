@@ -46,6 +46,11 @@ class GpuSpec:
     mem_bandwidth_gbs: float | None
     source: str
 
+    @property
+    def label(self) -> str:
+        """How results name the GPU that measured them: ``NVIDIA H200 (sm_90)``."""
+        return f"{self.card} ({self.name})"
+
     @classmethod
     def from_name(cls, name: str) -> GpuSpec:
         """Look up a target by ``sm_XX``, card name (``rtx4090``, ``h200``, ...) or ``auto``.

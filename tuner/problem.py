@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kernel import DTYPES, HEAD_DIMS
@@ -36,3 +37,16 @@ class Problem:
     def label(self) -> str:
         return (f"B{self.batch} H{self.heads} Nq{self.n_q} Nk{self.n_k} D{self.head_dim} "
                 f"{self.dtype}{' causal' if self.causal else ''}")
+
+    @classmethod
+    def from_label(cls, label: str) -> Problem:
+        """The inverse of :attr:`label`.
+
+        Raises:
+            ValueError: not a label that :attr:`label` writes.
+        """
+        found = re.fullmatch(r"B(\d+) H(\d+) Nq(\d+) Nk(\d+) D(\d+) (fp32|fp16|bf16)( causal)?", label.strip())
+        if not found:
+            raise ValueError(f"{label!r} is not a shape label such as 'B4 H8 Nq4096 Nk4096 D64 bf16 causal'")
+        b, h, n_q, n_k, d = (int(found.group(i)) for i in range(1, 6))
+        return cls(b, h, n_q, n_k, d, found.group(6), bool(found.group(7)))

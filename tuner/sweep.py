@@ -32,6 +32,7 @@ EXAMPLES = f"""examples:
   python -m tuner.sweep --gpu sm_90 --study article --sampler grid
   python -m tuner.sweep --gpu sm_89 --study my_study.toml --sampler tpe --trials 120
   python -m tuner.sweep --gpu auto --study long_context --timeout 1800 --storage sqlite:///my.db
+  python -m tuner.sweep --gpu sm_90 --study head_dim_128 --profile 3
 
 Outputs go to --out ({DEFAULT_OUT}/ by default): the database tuning.db, dashboards/ and
 configs/<study>_<target>_configs.py, a @triton.autotune list to paste into your code.
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--finalists", type=int, default=5,
                         help="configs per shape re-timed together after the search (default 5; 0: none)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of that re-timing (default 5)")
+    parser.add_argument("--profile", type=int, nargs="?", const=3, metavar="K",
+                        help="at the end, profile each shape's best K configs (default 3) and SDPA with Nsight "
+                             "Compute, as python -m tuner.profile does; skipped, saying why, without ncu")
     parser.add_argument("--no-outputs", action="store_true", help="skip the dashboards and the emitted config list")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help=argparse.SUPPRESS)
     return parser
@@ -77,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_numbers(args) -> str | None:
     """The first bad number among the flags, as an error message; None if all are good."""
-    for name, low in (("trials", 1), ("jobs", 1), ("batch", 1), ("finalists", 0), ("rounds", 2)):
+    for name, low in (("trials", 1), ("jobs", 1), ("batch", 1), ("finalists", 0), ("rounds", 2), ("profile", 1)):
         value = getattr(args, name)
         if value is not None and value < low:
             return f"--{name} {value} must be at least {low}"
@@ -119,7 +123,7 @@ def _resolve_gpus(args, parser):
 
     present = detect() if has_cuda else None
     if present is not None:
-        label = f"{present.card} ({present.name})"
+        label = present.label
         if present.name != target.name:
             print(f"warning: --gpu {target.name} ({target.card}) is not the GPU present, {label}. Configs are "
                   f"held to {target.name}'s budget but timed on {present.name}; both are recorded, and outputs "
@@ -187,6 +191,8 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
         print(f"\nNo CUDA GPU here, so the sweep stopped after the budget stage: {counts.get(Status.PENDING, 0)} "
               f"configs fit {target.name} and wait to be checked and timed, which needs the GPU itself. Results are "
               f"in {db.url}. Run the same command on a machine with the GPU.")
+        if args.profile:
+            print("profile skipped: profiling needs the GPU, and there is none here", file=sys.stderr)
         _outputs(args, ctx, db)
         return 0
     try:
@@ -202,8 +208,29 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
         return 1
     db.finish_run(run.id, "finished")
     print(summary(ctx, db.results(study.name, target.name, gpu_label), counts, sweep.clock, sweep.verdicts))
+    _profile(args, ctx, db)
     _outputs(args, ctx, db)
     return 0
+
+
+def _profile(args, ctx: RunContext, db: Store) -> None:
+    """``--profile``: counters for each shape's best configs; a missing ncu or GPU skips it, saying why."""
+    if not args.profile:
+        return
+    from tuner import profile
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    try:
+        ncu = profile.find_ncu()
+        if args.device != "cuda":
+            raise profile.ProfileError("ncu profiles GPU kernels, and this sweep ran in the interpreter")
+        rows = profile.profile_study(db, ctx.study, ctx.target.name, ctx.gpu_label, args.profile, ncu=ncu, say=say)
+    except profile.ProfileError as exc:
+        say(f"profile skipped: {exc}")
+        return
+    print("\n".join(profile.verdict_lines(rows)))
 
 
 def _outputs(args, ctx: RunContext, db: Store) -> None:

@@ -1,0 +1,22 @@
+"""``python -m tuner.dashboard``: plotly heatmaps and rooflines from the store, offline HTML.
+
+One heatmap page per (study, shape, target, GPU used): BLOCK_M down, BLOCK_N across,
+one panel per (num_warps, num_stages). Colour is TFLOP/s, with buttons for % of SDPA,
+GPU ms and host µs per call. Rejected configs are grey cells labelled with the reason
+(over budget with the bytes, incorrect, compile error, crashed, ...). Hovering a cell
+shows its stored fields through one template over ``customdata``, which keeps a page
+small. One roofline page per study places each timed config's TFLOP/s against the
+compute and bandwidth ceilings of the GPU that ran it (and each profiled kernel at its
+measured DRAM bytes). One profile page per profiled shape (:mod:`tuner.profile`). ``index.html`` links them all.
+Pages load ``plotly.min.js`` from beside them (written there from the installed plotly),
+so they open without a network.
+"""
+
+from tuner.dashboard._cli import main
+from tuner.dashboard._heatmap import METRICS, cell_label, heatmap, hover_fields, page_name
+from tuner.dashboard._pages import DEFAULT_DIR, build_all
+from tuner.dashboard._profile_page import profile_page
+from tuner.dashboard._roofline import compulsory_bytes, gpu_spec_of, profiled_point, roof_tflops, roofline
+
+__all__ = ["DEFAULT_DIR", "METRICS", "build_all", "cell_label", "compulsory_bytes", "gpu_spec_of", "heatmap",
+           "hover_fields", "main", "page_name", "profile_page", "profiled_point", "roof_tflops", "roofline"]

@@ -1,0 +1,45 @@
+"""``python -m tuner.dashboard``: the command line."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tuner.cli import usage_error
+from tuner.dashboard._pages import DEFAULT_DIR, build_all
+from tuner.store import DEFAULT_URL, Store, StoreError
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tuner.dashboard", description="Rebuild every heatmap and roofline from the store.",
+        epilog=f"examples:\n  python -m tuner.dashboard\n  python -m tuner.dashboard --storage sqlite:///h200.db "
+               f"--out pages --study article\n(default store {DEFAULT_URL})",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--storage", default=DEFAULT_URL, help=f"database URL (default {DEFAULT_URL})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_DIR, help=f"folder for the pages (default {DEFAULT_DIR})")
+    parser.add_argument("--study", action="append", help="only this study (repeatable; default every study)")
+    parser.add_argument("--shape", action="append", help="heatmaps of this shape only, e.g. \"B4 H8 Nq4096 Nk4096 "
+                                                         "D64 bf16\" (repeatable; default every shape)")
+    parser.add_argument("--plotlyjs", choices=("directory", "cdn"), default="directory",
+                        help="plotly.min.js beside the pages (offline; default) or from plotly's CDN")
+    args = parser.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        return usage_error(parser, f"--out {str(args.out)!r} is a file; give a folder (it is created if missing)")
+    try:
+        db = Store(args.storage, create=False)
+        present = sorted({r.study for r in db.results()})
+    except StoreError as exc:
+        return usage_error(parser, f"--storage: {exc}")
+    if not present:
+        return usage_error(parser, f"{args.storage} has no results; run python -m tuner.sweep first")
+    unknown = sorted(set(args.study or []) - set(present))
+    if unknown:
+        return usage_error(parser, f"--study {unknown[0]!r} is not in the store; it has {', '.join(present)}")
+    known = {r.shape for r in db.results() if not args.study or r.study in args.study}
+    missing = sorted(set(args.shape or []) - known)
+    if missing:
+        return usage_error(parser, f"--shape {missing[0]!r} is not in the store; it has {', '.join(sorted(known))}")
+    pages = build_all(db, args.out, args.study, args.plotlyjs, args.shape)
+    print(f"wrote {len(pages)} pages to {args.out}/ (open {args.out / 'index.html'})")
+    return 0

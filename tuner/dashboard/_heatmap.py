@@ -1,0 +1,151 @@
+"""The heatmap page of one (study, shape, target, GPU used): BLOCK_M down, BLOCK_N across,
+one panel per (num_warps, num_stages), rejected configs grey with their reason."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from tuner.status import Status
+from tuner.store import Result
+
+METRICS = {  # column -> (button label, colour bar title)
+    "tflops": ("TFLOP/s", "TFLOP/s"),
+    "pct_flash": ("% of SDPA-flash", "% of SDPA-flash (100 = as fast)"),
+    "pct_cudnn": ("% of SDPA-cuDNN", "% of SDPA-cuDNN (100 = as fast)"),
+    "ms": ("GPU ms", "GPU ms per call (lower is better)"),
+    "host_us": ("host µs", "host µs per call (lower is better)"),
+}
+LOWER_IS_BETTER = ("ms", "host_us")
+SHORT_REASON = {Status.OVER_SMEM: "smem", Status.OVER_REGISTERS: "regs", Status.INVALID: "invalid",
+                Status.UNSUPPORTED: "n/a", Status.COMPILE_ERROR: "compile", Status.INCORRECT: "wrong",
+                Status.CRASHED: "crash", Status.TIMEOUT: "hang", Status.RESTRICTED: "excluded",
+                Status.PENDING: "no GPU"}
+# What a cell's hover shows, in order: (label, format). Values are pre-formatted strings.
+HOVER = ("config", "status", "GPU ms", "TFLOP/s", "% of SDPA-flash / cuDNN", "host µs/call", "smem / limit B",
+         "registers, spill B", "out err (bound), gate", "timer", "reason")
+HOVER_TEMPLATE = "<br>".join(f"{label}: %{{customdata[{i}]}}" for i, label in enumerate(HOVER)) + "<extra></extra>"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+
+
+def page_name(study: str, shape: str, target: str, gpu: str) -> str:
+    """The heatmap file's name (flat, so one plotly.min.js serves every page)."""
+    return f"{_slug(study)}__{target}__{_slug(gpu)}__{_slug(shape)}.html"
+
+
+def cell_label(row: Result) -> str:
+    """What a cell says: its TFLOP/s, or why there is none."""
+    if row.status == Status.TIMED:
+        return f"{row.tflops:.0f}" if row.tflops else ""
+    short = SHORT_REASON.get(Status(row.status), str(row.status))
+    if row.status == Status.OVER_SMEM:
+        needed = row.smem_bytes or row.model_smem_bytes
+        if needed is None:
+            found = re.search(r"needs (\d+) B", row.reason or "")
+            needed = int(found.group(1)) if found else None
+        return f"smem<br>{needed // 1024}K" if needed else short
+    return short
+
+
+def _num(value, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def hover_fields(row: Result) -> list[str]:
+    """The row's values in :data:`HOVER` order, formatted ("" where missing)."""
+    return [row.config, str(row.status), _num(row.ms, ".4f"), _num(row.tflops, ".0f"),
+            f"{_num(row.pct_flash, '.0f')} / {_num(row.pct_cudnn, '.0f')}" if row.pct_flash else "",
+            _num(row.host_us, ".1f"), f"{_num(row.smem_bytes or row.model_smem_bytes, 'd')} / "
+                                      f"{_num(row.smem_limit_bytes, 'd')}",
+            f"{_num(row.registers, 'd')}, {_num(row.spill_bytes, 'd')}" if row.registers else "",
+            f"{_num(row.err_out, '.1e')} ({_num(row.err_bound, '.1e')}), {_num(row.ragged_err_out, '.1e')}"
+            if row.err_out is not None else "", row.timer or "", html.escape((row.reason or "")[:100])]
+
+
+def _rounded(value):
+    """Four significant digits: enough for a colour and a hover, a third of the bytes."""
+    return None if value is None else float(f"{value:.4g}")
+
+
+def _panel_traces(go, rows_by_cell: dict, warps: int, stages: int, block_m: list, block_n: list):
+    """The grey (rejected) and coloured (timed) heatmaps of one warps x stages panel; each
+    trace carries the labels and hover data of its own cells only, and no hover on gaps."""
+    grid = [[rows_by_cell.get((bm, bn, warps, stages)) for bn in block_n] for bm in block_m]
+    x, y = [str(n) for n in block_n], [str(m) for m in block_m]
+
+    def per_cell(keep, make, empty):
+        return [[make(c) if c is not None and keep(c) else empty for c in line] for line in grid]
+
+    def rejected(c):
+        return c.status != Status.TIMED
+
+    def timed(c):
+        return c.status == Status.TIMED
+
+    z = {metric: per_cell(timed, lambda c, m=metric: _rounded(getattr(c, m)), None) for metric in METRICS}
+    common = dict(x=x, y=y, texttemplate="%{text}", textfont={"size": 9}, xgap=1, ygap=1, hoverongaps=False,
+                  hovertemplate=HOVER_TEMPLATE)
+    grey = go.Heatmap(z=per_cell(rejected, lambda c: 0, None), text=per_cell(rejected, cell_label, ""),
+                      customdata=per_cell(rejected, hover_fields, 0), colorscale=[[0, "#d9d9d9"], [1, "#d9d9d9"]],
+                      showscale=False, name="rejected", **common)
+    coloured = go.Heatmap(z=z["tflops"], text=per_cell(timed, cell_label, ""),
+                          customdata=per_cell(timed, hover_fields, 0), coloraxis="coloraxis", name="timed", **common)
+    return grey, coloured, z
+
+
+def heatmap(rows: list[Result]):
+    """The heatmap figure for one (study, shape, target, GPU) group of rows."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    block_m, block_n = sorted({r.block_m for r in rows}), sorted({r.block_n for r in rows})
+    warps, stages = sorted({r.num_warps for r in rows}), sorted({r.num_stages for r in rows})
+    cells = {(r.block_m, r.block_n, r.num_warps, r.num_stages): r for r in rows}
+    fig = make_subplots(rows=len(warps), cols=len(stages), shared_xaxes=True, shared_yaxes=True,
+                        horizontal_spacing=0.012, vertical_spacing=0.03,
+                        column_titles=[f"{s} stage{'s' if s > 1 else ''}" for s in stages],
+                        row_titles=[f"{w} warp{'s' if w > 1 else ''}" for w in warps])
+    z_by_metric: dict[str, list] = {m: [] for m in METRICS}
+    for i, w in enumerate(warps, start=1):
+        for j, s in enumerate(stages, start=1):
+            grey, timed, z = _panel_traces(go, cells, w, s, block_m, block_n)
+            fig.add_trace(grey, row=i, col=j)
+            fig.add_trace(timed, row=i, col=j)
+            for metric in METRICS:
+                z_by_metric[metric].append(z[metric])
+    for i in range(1, len(warps) + 1):
+        fig.update_yaxes(title_text="BLOCK_M" if i == (len(warps) + 1) // 2 else None, row=i, col=1)
+    for j in range(1, len(stages) + 1):
+        fig.update_xaxes(title_text="BLOCK_N", row=len(warps), col=j)
+    timed_rows = [r for r in rows if r.status == Status.TIMED]
+    ranges = {m: (min((getattr(r, m) for r in timed_rows if getattr(r, m)), default=0),
+                  max((getattr(r, m) for r in timed_rows if getattr(r, m)), default=1)) for m in METRICS}
+    timed_traces = [2 * k + 1 for k in range(len(warps) * len(stages))]
+    buttons = [dict(label=label, method="update", args=[
+        {"z": z_by_metric[metric]},
+        {"coloraxis.colorbar.title.text": title, "coloraxis.cmin": ranges[metric][0],
+         "coloraxis.cmax": ranges[metric][1],
+         "coloraxis.colorscale": "Viridis_r" if metric in LOWER_IS_BETTER else "Viridis"}, timed_traces])
+        for metric, (label, title) in METRICS.items()]
+    fig.update_layout(title=dict(text=_title(rows, timed_rows), x=0.01), height=170 * len(warps) + 160,
+                      width=140 * len(stages) + 260, template="plotly_white",
+                      coloraxis=dict(colorscale="Viridis", cmin=ranges["tflops"][0], cmax=ranges["tflops"][1],
+                                     colorbar=dict(title=dict(text=METRICS["tflops"][1]))),
+                      updatemenus=[dict(type="buttons", direction="right", x=0.0, xanchor="left", y=1.0,
+                                        yanchor="bottom", pad=dict(b=28), buttons=buttons, showactive=True)],
+                      margin=dict(t=150, l=70, r=40, b=60))
+    return fig
+
+
+def _title(rows: list[Result], timed: list[Result]) -> str:
+    first = rows[0]
+    best = min(timed, key=lambda r: r.ms) if timed else None
+    dates = sorted(r.created_at for r in rows)
+    return (f"<b>{first.study}</b> · {first.shape} · target {first.target} · measured on {first.gpu}<br>"
+            f"<sup>torch {first.torch_version}, triton {first.triton_version}, driver {first.driver}; "
+            f"{dates[0]:%Y-%m-%d %H:%M} to {dates[-1]:%Y-%m-%d %H:%M} UTC; {len(timed)} of {len(rows)} configs timed"
+            + (f"; best {best.config}: {best.ms:.4f} ms, {best.tflops:.0f} TFLOP/s, "
+               f"{best.pct_flash or 0:.0f}% of SDPA-flash" if best else "") + "</sup>")

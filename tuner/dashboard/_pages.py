@@ -1,0 +1,95 @@
+"""Writing every page of a store, and the index that links them."""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from pathlib import Path
+
+from tuner.dashboard._heatmap import _slug, heatmap, page_name
+from tuner.dashboard._profile_page import profile_page, profile_page_name
+from tuner.dashboard._roofline import roofline
+from tuner.status import Status
+from tuner.store import DEFAULT_OUT, Profile, Result, Store
+
+DEFAULT_DIR = Path(DEFAULT_OUT) / "dashboards"
+
+
+def _write(fig, path: Path, plotlyjs: str) -> None:
+    fig.write_html(path, include_plotlyjs=plotlyjs, full_html=True)
+
+
+def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | None = None,
+              plotlyjs: str = "directory", shapes: list[str] | None = None) -> list[Path]:
+    """Every heatmap and roofline in the store (or of ``studies``), plus ``index.html``.
+
+    Args:
+        plotlyjs: "directory" (plotly.min.js written beside the pages: offline) or "cdn".
+        shapes: heatmaps of these shape labels only (rooflines keep every shape).
+
+    Returns:
+        The pages written.
+    """
+    rows = [r for r in db.results() if not studies or r.study in studies]
+    groups: dict[tuple, list[Result]] = defaultdict(list)
+    for row in rows:
+        groups[(row.study, row.target, row.gpu, row.shape)].append(row)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    index: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for (study, target, gpu, shape), group in sorted(groups.items()):
+        if shapes and shape not in shapes:
+            continue
+        name = page_name(study, shape, target, gpu)
+        _write(heatmap(group), directory / name, plotlyjs)
+        written.append(directory / name)
+        index[study].append((name, f"{shape} · target {target} · {gpu}"))
+    profiles: dict[tuple, list[Profile]] = defaultdict(list)
+    for profile in db.profiles():
+        if not studies or profile.study in studies:
+            profiles[(profile.study, profile.target, profile.gpu)].append(profile)
+    written += _profile_pages(directory, profiles, index, plotlyjs, shapes)
+    by_study: dict[tuple, list[Result]] = defaultdict(list)
+    for row in rows:
+        if row.status == Status.TIMED:
+            by_study[(row.study, row.target, row.gpu)].append(row)
+    for (study, target, gpu), group in sorted(by_study.items()):
+        name = f"{_slug(study)}__{target}__{_slug(gpu)}__roofline.html"
+        _write(roofline(group, profiles.get((study, target, gpu), [])), directory / name, plotlyjs)
+        written.append(directory / name)
+        index[study].insert(0, (name, f"roofline · target {target} · {gpu}"))
+    written.append(_index(directory, index, db.url))
+    return written
+
+
+def _profile_pages(directory: Path, profiles: dict[tuple, list[Profile]], index: dict, plotlyjs: str,
+                   shapes: list[str] | None) -> list[Path]:
+    """One profile page per (study, target, GPU, shape) with profiles, listed in the index."""
+    written = []
+    for (study, target, gpu), group in sorted(profiles.items()):
+        by_shape: dict[str, list[Profile]] = defaultdict(list)
+        for profile in group:
+            by_shape[profile.shape].append(profile)
+        for shape, of_shape in sorted(by_shape.items()):
+            if shapes and shape not in shapes:
+                continue
+            name = profile_page_name(_slug(study), target, _slug(gpu), _slug(shape))
+            _write(profile_page(of_shape), directory / name, plotlyjs)
+            written.append(directory / name)
+            index[study].append((name, f"profile · {shape} · target {target} · {gpu}"))
+    return written
+
+
+def _index(directory: Path, index: dict[str, list[tuple[str, str]]], url: str) -> Path:
+    items = "\n".join(
+        f"<h2>{html.escape(study)}</h2>\n<ul>\n" + "\n".join(
+            f'  <li><a href="{html.escape(name)}">{html.escape(label)}</a></li>' for name, label in pages) + "\n</ul>"
+        for study, pages in sorted(index.items()))
+    path = directory / "index.html"
+    path.write_text(
+        "<!doctype html>\n<html><head><meta charset='utf-8'><title>fa2-tuner dashboards</title></head>\n<body>\n"
+        f"<h1>fa2-tuner dashboards</h1>\n<p>From {html.escape(url)}. Heatmaps: BLOCK_M down, BLOCK_N across, "
+        "one panel per warps and stages; grey cells were rejected, labelled with the reason. Profile pages: "
+        "Nsight Compute counters of each shape's best configs beside SDPA (python -m tuner.profile).</p>\n"
+        f"{items}\n</body></html>\n")
+    return path
