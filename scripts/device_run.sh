@@ -56,14 +56,25 @@ stage() {
           python3 -m tuner.sweep --study head_dim_128 --gpu sm_90 --sampler tpe --trials 60 --seed 1 --finalists 0 \
             --profile 1 --storage "sqlite:///$W/h128s.db" --out "$W/h128s" > "$W/sweepprof.log" 2>&1
           echo "sweep --profile rc=$?"; grep -vE "^\[|^compiling" "$W/sweepprof.log" | tail -22;;
+    w1|w2) # the article grid on one or two GPUs, each from cold compile caches
+          TRITON_CACHE_DIR=$W/triton_$1 FA2_TUNER_CACHE=$W/cache_$1 /usr/bin/time -f "$1 wall %e s" \
+            python3 -m tuner.sweep --study article --gpu sm_90 --sampler grid --workers ${1#w} \
+            --storage "sqlite:///$W/$1.db" --out "$W/$1" > "$W/$1.log" 2>&1
+          echo "$1 rc=$?"; grep -vE "^\[|^compiling" "$W/$1.log" | tail -14;;
+    wbars) python3 -m tuner.bench_timing grids --storage "sqlite:///$W/w1.db" --storage "sqlite:///$W/w2.db" \
+             --markdown "$W/wgrids.md" 2>&1 | tail -14
+           for d in w1 w2; do echo "-- $d"; python3 scripts/store_report.py "$W/$d.db" article; done
+           python3 -c "import sqlite3; c = sqlite3.connect('$W/w2.db'); print('w2 timed configs per device:', \
+             c.execute(\"select device_index, device_uuid, count(distinct config) from fa2_results where status='timed' \
+             group by 1, 2\").fetchall())";;
     dash) python3 -m tuner.dashboard --storage "sqlite:///$W/grid1.db" --out "$W/dash" --plotlyjs cdn 2>&1 | tail -2;;
     *) echo "unknown stage $1";;
   esac
 }
 
 pack() {
-  (cd "$W" && tar czf "$OUT/results.tgz" --exclude=triton --exclude=fa2-tuner --exclude=.installed \
-     --exclude='*/plotly.min.js' . 2>/dev/null)
+  (cd "$W" && tar czf "$OUT/results.tgz" --exclude='triton*' --exclude=fa2-tuner --exclude='cache_*' \
+     --exclude=.installed --exclude='*/plotly.min.js' --exclude='w[12]/dashboards' . 2>/dev/null)
   ls -la "$OUT"
 }
 

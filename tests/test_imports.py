@@ -12,12 +12,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FLOORS = {
     0: ["kernel"],
-    1: ["tuner.problem", "tuner.status", "tuner.gpus", "tuner.space", "tuner.cli"],
+    1: ["tuner.problem", "tuner.status", "tuner.gpus", "tuner.space", "tuner.cli", "tuner.outcome"],
     2: ["tuner.budget", "tuner.study", "tuner.store", "tuner.studies"],
     3: ["tuner.gate", "tuner.runner", "tuner.search", "tuner.records", "tuner.finalists", "tuner.stages",
         "tuner.report"],
     4: ["tuner.driver", "tuner.emit", "tuner.dashboard", "tuner.verify", "tuner.profile"],
-    5: ["tuner.sweep", "tuner.__main__", "tuner.bench_search", "tuner.bench_timing"],
+    5: ["tuner.sweep", "tuner.__main__", "tuner.bench_search", "tuner.bench_timing", "tuner.bench_store"],
 }
 MAX_LINES = 400
 # Longer than MAX_LINES on purpose, each with the reason at its top.

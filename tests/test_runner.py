@@ -61,3 +61,12 @@ def test_retime_runs_every_config_once_per_round_in_the_given_orders():
         times = worker.retime(orders)
     assert set(times) == {SHAPES[0].label}
     assert {key: len(ms) for key, ms in times[SHAPES[0].label].items()} == {a.key: 3, b.key: 3}
+
+
+def test_each_worker_is_pinned_to_its_own_visible_gpu(monkeypatch):
+    from tuner.runner import visible_device
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert [visible_device(i) for i in range(3)] == ["0", "1", "2"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4, 6")      # the parent's own restriction is respected
+    assert [visible_device(i) for i in range(2)] == ["4", "6"]

@@ -52,3 +52,41 @@ def test_a_session_finishes_orphans_first_and_stops_at_the_grid(tmp_path, tiny):
         seen.add(answer[1])
         second.tell(answer[0], 1.0, {"config": answer[1].key})
     assert len(seen) == search.grid_size(space) == 8
+
+
+def test_the_lowest_running_trial_of_a_config_leads_and_the_others_wait(tmp_path):
+    space = load("article").space
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    session = search.SearchSession(url, "lead", "grid", space, 0, None, {})
+    twin = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3}
+    session.study.enqueue_trial(twin)
+    session.study.enqueue_trial(twin)
+    (first, config), (second, again) = session.ask(), session.ask()
+    other, other_config = session.ask()
+    assert config == again == Config(64, 64, 4, 3) and other_config != config
+    assert session.leader(second, config) == first and session.leader(first, config) is None
+    assert session.leader(other, other_config) is None and session.alive(first)
+    assert session.tell(first, 1.0, {"config": config.key})
+    assert session.leader(second, config) is None and not session.alive(first)
+    assert not session.tell(first, 1.0, {})          # finished already: refused quietly, not raised
+    session.close()
+
+
+def test_a_stale_trial_of_another_host_is_failed_and_its_config_asked_again(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    space = load("article").space
+    dead = search.SearchSession(url, "stale", "grid", space, 0, None, {})
+    number, config = dead.ask()
+    dead.close()                                   # its host "dies": no more heartbeats
+    dead.trial(number).set_user_attr(search.OWNER_ATTR, "elsewhere:1")
+    monkeypatch.setattr(search, "HEARTBEAT", (1, 2))
+    import time
+
+    time.sleep(3)
+    alive = search.SearchSession(url, "stale", "grid", space, 0, None, {})
+    alive.storage.grace_period = 2
+    alive._rescan()
+    assert alive.study.trials[number].state.name == "FAIL"
+    asked = alive.ask()
+    assert asked[1] == config and asked[0] != number     # the config comes back as a new trial
+    alive.close()

@@ -113,3 +113,31 @@ def test_a_reader_of_a_store_older_than_a_table_gains_the_table_and_keeps_its_ro
         connection.execute("drop table fa2_profiles")
     reopened = Store(f"sqlite:///{path}", create=False)
     assert reopened.profiles() == [] and len(reopened.results("x")) == 1
+
+
+def test_replace_results_redoes_a_transaction_that_clashed_with_another_writer(tmp_path, monkeypatch):
+    from sqlalchemy.exc import OperationalError
+
+    db = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    run = _run(db)
+    real_session, clashes = db.session, []
+
+    def clashing_once():
+        if not clashes:
+            clashes.append(1)
+            raise OperationalError("DELETE", {}, Exception("deadlock detected"))
+        return real_session()
+
+    monkeypatch.setattr(db, "session", clashing_once)
+    db.replace_results([_result(run.id, "a"), _result(run.id, "b")])
+    monkeypatch.setattr(db, "session", real_session)
+    assert clashes and sorted(r.config for r in db.results("x")) == ["a", "b"]
+
+
+def test_insert_results_keeps_the_first_writer_and_hands_the_loser_its_rows(tmp_path):
+    db = Store(f"sqlite:///{tmp_path / 'i.db'}")
+    run = _run(db)
+    mine = [_result(run.id, "a", ms=1.0)]
+    assert db.insert_results(mine) is mine
+    theirs = db.insert_results([_result(run.id, "a", ms=2.0)])
+    assert [r.ms for r in theirs] == [1.0] and [r.ms for r in db.results("x")] == [1.0]

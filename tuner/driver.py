@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import sys
+import threading
 import time
 from collections import Counter
-from concurrent.futures import Future
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 from kernel.timing import WALL
 from tuner import budget, finalists, records, search
@@ -48,6 +50,7 @@ class SweepOptions:
     device: str = "cuda"
     finalists: int = 5           # re-timed per shape after the search (0: none)
     rounds: int = 5
+    workers: int = 1             # GPU worker processes, one per device (threads of this sweep drive them)
 
 
 @dataclass
@@ -61,8 +64,21 @@ class Asked:
     rejection: Rejection | None = None
 
 
+@dataclass
+class Slot:
+    """One GPU worker (one device), and the run's context with that device's baselines."""
+
+    index: int
+    worker: GpuWorker
+    ctx: RunContext
+
+
 class Sweep:
-    """One run of a study on one target (and the GPU present, if any)."""
+    """One run of a study on one target (and the GPU present, if any), over one or more
+    devices: each trial goes to the next free worker; this process alone writes the
+    database (so SQLite sees one writer), and other sweeps on the same study, on other
+    hosts, are coordinated through it (see :meth:`_stored_elsewhere`).
+    """
 
     def __init__(self, ctx: RunContext, store: Store, present: GpuSpec | None, options: SweepOptions):
         self.ctx, self.store, self.present, self.options = ctx, store, present, options
@@ -75,6 +91,7 @@ class Sweep:
             if row.binary and row.status == Status.TIMED:
                 self.by_binary.setdefault(row.binary, row.config)
         self.verdicts: dict[str, finalists.ShapeVerdict] = {}
+        self.lock = threading.RLock()                 # known, by_binary, counts, clock, progress
 
     # ----------------------------------------------------------------- no GPU
 
@@ -127,13 +144,45 @@ class Sweep:
             print(f"note: {self.search.foreign} trial(s) are running in another live sweep of this study",
                   file=sys.stderr)
         cores = os.cpu_count() or 1
-        self.batch = options.batch or (max(2, cores - 2) if options.sampler != "tpe" else 4)
+        self.batch = options.batch or (max(2, cores - 2, 2 * options.workers) if options.sampler != "tpe"
+                                       else max(4, 2 * options.workers))
         jobs = options.jobs or (max(1, cores - 2) if cores > 4 else cores)
         deadline = time.perf_counter() + options.timeout_s if options.timeout_s else None
         self.progress = Progress(self.search.total, min(self.search.finished(), self.search.total))
-        self.worker = GpuWorker(ctx.study.shapes, (ctx.study.timing.warmup_ms, ctx.study.timing.rep_ms),
-                                options.trial_timeout_s, options.device)
+        self.clock.workers = options.workers
+        self.slots = [Slot(i, GpuWorker(ctx.study.shapes, (ctx.study.timing.warmup_ms, ctx.study.timing.rep_ms),
+                                        options.trial_timeout_s, options.device, i), replace(ctx, baselines={}))
+                      for i in range(options.workers)]
         self.pool = CompilePool(jobs)
+        try:
+            self._search(deadline)
+            self._end_of_run()
+        finally:
+            self.progress.close()
+            for slot in self.slots:
+                slot.worker.close()
+            self.pool.close()
+            self.search.close()
+        restarts = sum(slot.worker.restarts for slot in self.slots)
+        if restarts:
+            print(f"workers were restarted {restarts} time(s) after a crash or timeout", file=sys.stderr)
+        return self.counts
+
+    def _search(self, deadline: float | None) -> None:
+        """Batches: the next one compiles while this one is checked and timed, a trial per free worker."""
+        free: queue.Queue[Slot] = queue.Queue()
+        for slot in self.slots:
+            free.put(slot)
+
+        def on_a_free_worker(asked: Asked) -> None:
+            slot = free.get()
+            try:
+                self._process(asked, slot)
+            finally:
+                free.put(slot)
+
+        threads = ThreadPoolExecutor(len(self.slots), thread_name_prefix="fa2-tuner-trial")
+        asker = ThreadPoolExecutor(1, thread_name_prefix="fa2-tuner-ask")
         try:
             current = self._ask_batch(deadline)
             while current:
@@ -142,18 +191,15 @@ class Sweep:
                     for future in asked.futures:
                         future.result()
                 self.clock.compile_s += time.perf_counter() - waited
-                upcoming = self._ask_batch(deadline)     # compiles while this batch is checked and timed
-                for asked in current:
-                    self._process(asked)
-                current = upcoming
-            self._end_of_run()
+                # The next batch is asked (Optuna's bookkeeping) and compiled while this one is checked and timed.
+                upcoming = asker.submit(self._ask_batch, deadline)
+                for done in [threads.submit(on_a_free_worker, asked) for asked in current]:
+                    done.result()
+                # holding no trial now, this may wait for other sweeps' last trials (and finish any that die)
+                current = upcoming.result() or self._ask_batch(deadline)
         finally:
-            self.progress.close()
-            self.worker.close()
-            self.pool.close()
-        if self.worker.restarts:
-            print(f"the worker was restarted {self.worker.restarts} time(s) after a crash or timeout", file=sys.stderr)
-        return self.counts
+            threads.shutdown(wait=True, cancel_futures=True)   # Ctrl-C: the trials in flight finish
+            asker.shutdown(wait=True, cancel_futures=True)
 
     def _ask_batch(self, deadline: float | None) -> list[Asked]:
         """Ask up to a batch of trials; submit the compiles of those that pass the budget."""
@@ -172,13 +218,16 @@ class Sweep:
         return asked
 
     def _rows(self, asked: Asked, status: Status, stage: Stage, reason: str, fields: dict,
-              outcome: TrialOutcome | None = None) -> list[Result]:
-        return records.result_rows(asked.config, self.ctx, status, stage, reason, fields, outcome, asked.number)
+              outcome: TrialOutcome | None = None, slot: Slot | None = None) -> list[Result]:
+        ctx = slot.ctx if slot else self.ctx
+        return records.result_rows(asked.config, ctx, status, stage, reason, fields, outcome, asked.number)
 
-    def _process(self, asked: Asked) -> None:
+    def _process(self, asked: Asked, slot: Slot) -> None:
         config = asked.config
-        if config.key in self.known:
-            return self._finish(asked, self.known[config.key], reused=True)
+        with self.lock:
+            known = self.known.get(config.key)
+        if known:
+            return self._finish(asked, known, reused=True)
         if asked.rejection:
             r = asked.rejection
             return self._finish(asked, self._rows(asked, r.status, r.stage, r.reason, r.fields))
@@ -187,65 +236,113 @@ class Sweep:
         if compiled.rejection:
             r = compiled.rejection
             return self._finish(asked, self._rows(asked, r.status, r.stage, r.reason, r.fields))
-        twin = self.by_binary.get(compiled.fields.get("binary"))
-        if twin and twin in self.known:
+        elsewhere = self._stored_elsewhere(asked)
+        if elsewhere:
+            return self._finish(asked, elsewhere, reused=True)
+        with self.lock:
+            twin = self.by_binary.get(compiled.fields.get("binary"))
+            twin_rows = self.known.get(twin) if twin else None
+        if twin_rows:
             return self._finish(asked, records.copied_rows(
-                self.known[twin], config, self.ctx.run_id, f"same binary as {twin}: its results, not re-timed",
+                twin_rows, config, self.ctx.run_id, f"same binary as {twin}: its results, not re-timed",
                 asked.number, compiled.fields))
-        self._ensure_baselines()
-        outcome = self.worker.trial(config)
-        self.clock.check_s += outcome.check_s
-        self.clock.time_s += outcome.time_s
+        self._ensure_baselines(slot)
+        outcome = slot.worker.trial(config)
         status = outcome.status
         if status == Status.CRASHED and outcome.error_type in COMPILE_ERRORS:
             status = Status.COMPILE_ERROR
         stage = Stage.TIME if status == Status.TIMED else Stage.CHECK
-        rows = self._rows(asked, status, stage, outcome.reason, compiled.fields, outcome)
-        if status == Status.TIMED and compiled.fields.get("binary"):
-            self.by_binary.setdefault(compiled.fields["binary"], config.key)
+        rows = self._rows(asked, status, stage, outcome.reason, compiled.fields, outcome, slot)
+        with self.lock:
+            self.clock.check_s += outcome.check_s
+            self.clock.time_s += outcome.time_s
+            if status == Status.TIMED and compiled.fields.get("binary"):
+                self.by_binary.setdefault(compiled.fields["binary"], config.key)
         self._finish(asked, rows)
 
+    def _stored_elsewhere(self, asked: Asked) -> list[Result] | None:
+        """The config's rows if another sweep of this study stored them, or is timing the
+        config under a lower-numbered trial (then wait for its rows; if that trial ends
+        without any, this one times the config itself)."""
+        ctx, key = self.ctx, asked.config.key
+
+        def stored() -> list[Result]:
+            return self.store.config_rows(ctx.study.name, ctx.target.name, ctx.gpu_label, key)
+
+        rows = stored()
+        leader = None if rows else self.search.leader(asked.number, asked.config)
+        give_up = time.monotonic() + 3 * self.options.trial_timeout_s
+        while leader is not None and not rows and time.monotonic() < give_up:
+            if not self.search.alive(leader):
+                return stored() or None
+            time.sleep(0.5)
+            rows = stored()
+        return rows or None
+
     def _finish(self, asked: Asked, rows: list[Result], reused: bool = False) -> None:
-        """Commit the rows, then tell Optuna (a crash between the two is redone by the next run)."""
+        """Commit the rows (unless another sweep stored the config first: then its rows
+        count), then tell Optuna (a crash between the two is redone by the next run)."""
         if not reused:
-            self.store.replace_results(rows)
+            stored = self.store.insert_results(rows)
+            reused = stored is not rows
+            rows = stored
+        with self.lock:
             self.known[asked.config.key] = rows
         value = records.objective(rows, self.ctx.study.metric)
         status = Status(rows[0].status)
         self.search.tell(asked.number, value, {"status": str(status), "reason": (rows[0].reason or "")[:300],
                                                "config": asked.config.key, "reused": reused})
-        self.counts[status] += 1
-        self.progress.update(asked.config, value, status, self.ctx.study.metric)
+        with self.lock:
+            self.counts[status] += 1
+            self.progress.update(asked.config, value, status, self.ctx.study.metric)
 
     # ----------------------------------------------------------- baselines, finalists
 
-    def _ensure_baselines(self) -> None:
-        """SDPA per shape, once per run, before the first config is timed."""
-        if self.ctx.baselines:
+    def _ensure_baselines(self, slot: Slot) -> None:
+        """SDPA per shape on the slot's device, once per run, before it times its first config."""
+        if slot.ctx.baselines:
             return
         started = time.perf_counter()
-        self.ctx.baselines = self.worker.baselines()
-        self.store.add(*records.baseline_rows(self.ctx.run_id, self.ctx.baselines, "start"))
-        for label, times in self.ctx.baselines.items():
-            print(f"SDPA {label}: flash {_ms(times.get('flash_ms'))}, cuDNN {_ms(times.get('cudnn_ms'))} "
+        slot.ctx.device = slot.worker.device_info()
+        slot.ctx.baselines = slot.worker.baselines()
+        if slot.index == 0:
+            self.ctx.baselines = slot.ctx.baselines
+        self.store.add(*records.baseline_rows(self.ctx.run_id, slot.ctx.baselines, "start", slot.ctx.device))
+        where = f" on device {slot.index} ({slot.ctx.device.get('device_name')})" if len(self.slots) > 1 else ""
+        for label, times in slot.ctx.baselines.items():
+            print(f"SDPA {label}{where}: flash {_ms(times.get('flash_ms'))}, cuDNN {_ms(times.get('cudnn_ms'))} "
                   f"({times.get('timer')})", file=sys.stderr)
-        print(f"worker ready: inputs, references and SDPA baselines in {time.perf_counter() - started:.0f} s",
-              file=sys.stderr)
+        print(f"worker {slot.index} ready: inputs, references and SDPA baselines in "
+              f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
 
     def _end_of_run(self) -> None:
-        """SDPA again (how far the machine drifted), then the finalists."""
-        if self.ctx.baselines:
+        """SDPA again on the first device (how far the machine drifted), then the finalists there."""
+        first = self.slots[0]
+        if first.ctx.baselines:
             try:
-                end = self.worker.baselines()
+                end = first.worker.baselines()
             except WorkerFailed:
                 end = {}
-            self.store.add(*records.baseline_rows(self.ctx.run_id, end, "end"))
-            start = self.ctx.baselines
+            self.store.add(*records.baseline_rows(self.ctx.run_id, end, "end", first.ctx.device))
+            start = first.ctx.baselines
             drifts = [abs(end[label][b] / start[label][b] - 1) for label in end for b in ("flash_ms", "cudnn_ms")
                       if end[label].get(b) and start.get(label, {}).get(b)]
             self.clock.drift = max(drifts) if drifts else None
         if self.options.finalists > 0:
             self.retime_finalists()
+
+    def _retime_on_devices(self, orders: dict[str, list[list[Config]]]) -> dict[str, dict[str, list[float]]]:
+        """Each shape's finalists re-timed together on one device (so a shape's configs are
+        never compared across GPUs); with several devices, the shapes are dealt out among them."""
+        slots = self.slots
+        share = {slot.index: {label: order for i, (label, order) in enumerate(orders.items())
+                              if i % len(slots) == slot.index} for slot in slots}
+        with ThreadPoolExecutor(len(slots)) as threads:
+            parts = [threads.submit(slot.worker.retime, share[slot.index]) for slot in slots if share[slot.index]]
+            times: dict[str, dict[str, list[float]]] = {}
+            for part in parts:
+                times.update(part.result())
+        return {label: times[label] for label in orders if label in times}
 
     def retime_finalists(self) -> dict[str, finalists.ShapeVerdict]:
         """Re-time each shape's top configs together and store the verdicts."""
@@ -258,7 +355,7 @@ class Sweep:
         orders = {label: [[Config.parse(key) for key in order] for order in
                           finalists.round_orders(keys, self.options.rounds)] for label, keys in chosen.items()}
         try:
-            times = self.worker.retime(orders)
+            times = self._retime_on_devices(orders)
         except WorkerFailed as failure:
             print(f"finalists were not re-timed: {failure.reason}", file=sys.stderr)
             return {}

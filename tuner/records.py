@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import socket
 from dataclasses import dataclass, field
 
 from kernel.timing import attention_flops
@@ -38,6 +39,7 @@ class RunContext:
     env: dict
     run_id: int
     baselines: dict[str, dict] = field(default_factory=dict)    # shape label -> SDPA times (Baseline columns)
+    device: dict = field(default_factory=dict)     # device_index, device_name, device_uuid of the worker's GPU
 
 
 def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, reason: str, fields: dict,
@@ -65,7 +67,7 @@ def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, r
             tflops=flops / ms * 1e-9 if ms else None, flash_ms=flash, cudnn_ms=cudnn,
             pct_flash=100 * flash / ms if ms and flash else None, pct_cudnn=100 * cudnn / ms if ms and cudnn else None,
             check_s=outcome.check_s if outcome else None, time_s=outcome.time_s if outcome else None,
-            **fields))
+            host=socket.gethostname() if outcome else None, **(ctx.device if outcome else {}), **fields))
     return rows
 
 
@@ -83,8 +85,9 @@ def copied_rows(rows: list[Result], config: Config, run_id: int, reason: str, tr
     return copies
 
 
-def baseline_rows(run_id: int, baselines: dict[str, dict], phase: str) -> list[Baseline]:
-    return [Baseline(run_id=run_id, shape=label, phase=phase, **times) for label, times in baselines.items()]
+def baseline_rows(run_id: int, baselines: dict[str, dict], phase: str, device: dict | None = None) -> list[Baseline]:
+    where = {k: v for k, v in (device or {}).items() if k in ("device_index", "device_uuid")}
+    return [Baseline(run_id=run_id, shape=label, phase=phase, **times, **where) for label, times in baselines.items()]
 
 
 def objective(rows: list[Result], metric: str) -> float:

@@ -24,6 +24,7 @@ class Clock:
     time_s: float = 0.0
     retime_s: float = 0.0
     drift: float | None = None     # largest change of an SDPA baseline from the run's start to its end
+    workers: int = 1               # check and time are summed over the workers
     started: float = field(default_factory=time.perf_counter)
 
     def line(self) -> str:
@@ -32,6 +33,8 @@ class Clock:
         text = (f"wall time {total:.0f} s: compile {self.compile_s:.0f} s (waiting on the compile pool), "
                 f"check {self.check_s:.0f} s, time {self.time_s:.0f} s, finalists {self.retime_s:.0f} s, "
                 f"other {other:.0f} s (worker start, SDPA baselines, references, database)")
+        if self.workers > 1:
+            text += f" (check and time summed over {self.workers} workers, each on its own device)"
         if self.drift is not None:
             text += (f"\nSDPA baselines moved by at most {100 * self.drift:.1f}% between the start and the end "
                      "of the run")

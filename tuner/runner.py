@@ -23,12 +23,14 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import threading
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from kernel.timing import WALL
 from tuner.gate import GateShape, finite, gate_shapes, make_case
+from tuner.outcome import ShapeOutcome, TrialOutcome
 from tuner.problem import Problem
 from tuner.space import Config
 from tuner.status import Status
@@ -39,36 +41,6 @@ from tuner.status import Status
 FAULT_ENV = "FA2_TUNER_FAULT"
 START_TIMEOUT_S = 300.0
 HOST_CALLS = 10            # calls per batch when measuring a config's host time
-
-
-@dataclass(frozen=True)
-class ShapeOutcome:
-    """One config on one study shape (and its gate shapes)."""
-
-    shape: str
-    correct: bool
-    reason: str = ""
-    err_out: float | None = None
-    err_lse: float | None = None
-    bound_out: float | None = None
-    bound_lse: float | None = None
-    gate_err_out: float | None = None      # the worst of the gate shapes
-    gate_err_lse: float | None = None
-    ms: float | None = None
-    host_us: float | None = None
-    timer: str | None = None
-
-
-@dataclass
-class TrialOutcome:
-    """One config on all shapes of a study. ``status`` is TIMED only if every shape passed."""
-
-    status: Status
-    reason: str
-    shapes: dict[str, ShapeOutcome] = field(default_factory=dict)
-    check_s: float = 0.0
-    time_s: float = 0.0
-    error_type: str | None = None          # the exception's type, when the worker raised or died on one
 
 
 # ------------------------------------------------------------------------ worker side
@@ -146,6 +118,15 @@ class _Bench:
         q, k, v = sets[0][:3]
         host = host_us(lambda: flash_attn_fwd(q, k, v, problem.causal, **kwargs), HOST_CALLS, 2) if host else None
         return timing.ms, timing.method, host
+
+    def device_info(self, _=None) -> dict:
+        """Which GPU this worker runs on: the index the parent gave it, name and UUID."""
+        if self.device == "cpu":
+            return {"device_name": "cpu (interpreter)", "device_uuid": None}
+        import torch
+
+        props = torch.cuda.get_device_properties(0)
+        return {"device_name": props.name, "device_uuid": str(getattr(props, "uuid", "")) or None}
 
     def baselines(self, _=None) -> dict[str, dict]:
         """SDPA flash and cuDNN per shape: GPU ms, host µs, timer (None where a backend refuses)."""
@@ -245,6 +226,15 @@ def _is_fatal(exc: BaseException) -> bool:
     return "CUDA" in text or "AcceleratorError" in text or "cuda" in type(exc).__module__
 
 
+def visible_device(index: int) -> str:
+    """What ``CUDA_VISIBLE_DEVICES`` pins a worker to the parent's ``index``-th GPU."""
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return visible[index] if index < len(visible) else str(index)
+
+
+_SPAWN_LOCK = threading.Lock()     # the environment a worker inherits is set around its start
+
+
 def _serve(conn, shapes, timing, device) -> None:
     """The worker's loop: one request in, one reply out, until told to stop."""
     if device == "cpu":
@@ -300,10 +290,12 @@ class GpuWorker:
         timing: (warmup_ms, rep_ms) per shape.
         timeout_s: longest a request may take before the worker is killed.
         device: ``"cuda"``, or ``"cpu"`` for the interpreter (tests only).
+        device_index: the GPU (of those visible to the parent) the worker runs on; None: the first.
     """
 
     def __init__(self, shapes: list[Problem], timing: tuple[int, int] = (10, 40), timeout_s: float = 120.0,
-                 device: str = "cuda"):
+                 device: str = "cuda", device_index: int | None = None):
+        self.device_index = device_index
         self.shapes = list(shapes)
         self.timing = timing
         self.timeout_s = timeout_s
@@ -329,7 +321,18 @@ class GpuWorker:
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child, self.shapes, self.timing, self.device),
                                        daemon=True, name="fa2-tuner-worker")
-        self.process.start()
+        with _SPAWN_LOCK:
+            # The worker sees one GPU, as its device 0, from its first instruction on.
+            saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if self.device_index is not None and self.device != "cpu":
+                os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(self.device_index)
+            try:
+                self.process.start()
+            finally:
+                if saved is None:
+                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                else:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
         child.close()
         kind, payload = self._receive(START_TIMEOUT_S, "start")
         if kind != "ready":
@@ -364,6 +367,10 @@ class GpuWorker:
     def baselines(self) -> dict[str, dict]:
         """SDPA per shape, measured now (building inputs and references on the way)."""
         return self.request("baselines", timeout_s=max(self.timeout_s, START_TIMEOUT_S))
+
+    def device_info(self) -> dict:
+        """Columns naming the device: index, name and UUID."""
+        return {"device_index": self.device_index or 0, **self.request("device_info")}
 
     def trial(self, config: Config) -> TrialOutcome:
         """Check and time one config; failures come back as an outcome, never raised."""

@@ -9,9 +9,13 @@ and finished on the next run (so a ``kill -9`` loses nothing and repeats nothing
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
+import threading
+import time
+import warnings
 from dataclasses import dataclass
 
 import optuna
@@ -24,6 +28,14 @@ SAMPLERS = ("tpe", "grid", "random")
 OWNER_ATTR = "owner"              # "host:pid" of the sweep that asked the trial
 REJECTED_CONSTRAINT = "rejected"  # 1.0 when the config was rejected: TPE models it as infeasible, not slow
 PARAMS = ("block_m", "block_n", "num_warps", "num_stages")
+# Heartbeats (seconds): every sweep records one per held trial at this interval; another
+# sweep fails a trial whose heartbeat is older than the grace period and Optuna re-queues
+# its config, so a host that dies mid-trial loses nothing. FA2_TUNER_HEARTBEAT="1,3,1" for tests.
+# The third number: how often (s) a live sweep looks for trials that dead sweeps left.
+HEARTBEAT_ENV = "FA2_TUNER_HEARTBEAT"
+HEARTBEAT_S, GRACE_S, RESCAN_S = (float(x) for x in os.environ.get(HEARTBEAT_ENV, "10,60,15").split(","))
+HEARTBEAT = (int(max(1, HEARTBEAT_S)), int(max(2, GRACE_S)))
+_RETRY = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
 
 
 # TPE sees tile sizes and warps as ordered exponents (16 -> 4, ..., 256 -> 8), so that it
@@ -112,21 +124,86 @@ class Orphan:
     config: Config
 
 
+def owner_dead(trial) -> bool:
+    """The trial's sweep ran on this host and its process is gone."""
+    owner_host, _, pid = str(trial.user_attrs.get(OWNER_ATTR, ":")).rpartition(":")
+    return owner_host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid))
+
+
 def orphaned_trials(study: optuna.Study) -> tuple[list[Orphan], int]:
     """Trials still RUNNING whose sweep is gone (same host, process dead).
 
     Returns:
         (orphans to finish now, count of RUNNING trials owned by live or remote sweeps).
     """
-    host = socket.gethostname()
     orphans, foreign = [], 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner_host, _, pid = str(trial.user_attrs.get(OWNER_ATTR, ":")).rpartition(":")
-        if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)) and len(trial.params) == len(PARAMS):
+        if owner_dead(trial) and len(trial.params) == len(PARAMS):
             orphans.append(Orphan(trial.number, config_of(trial.params)))
         else:
             foreign += 1
     return orphans, foreign
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Heartbeats outside ``study.optimize`` are what ask-and-tell needs; Optuna warns that
+    they are experimental and meant for optimize, on every call."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning, message=".*RetryFailedTrialCallback")
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+        yield
+
+
+def open_storage(url: str, heartbeat: tuple[int, int] = HEARTBEAT) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage on the store's URL, with heartbeats and re-queued stale trials.
+
+    Several sweeps starting together race to create Optuna's tables (a unique constraint
+    on ``alembic_version`` fires in the loser): the loser waits and tries again. SQLite
+    writers wait up to 60 s for each other's lock rather than fail.
+    """
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    for attempt in range(6):
+        try:
+            with _quiet():
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=kwargs, heartbeat_interval=heartbeat[0], grace_period=heartbeat[1],
+                    heartbeat_stale_trial_callback=_RETRY(max_retry=3))
+        except Exception as exc:        # IntegrityError / OperationalError from the racing DDL
+            if attempt == 5 or not any(w in str(exc) for w in ("UNIQUE", "unique", "already exists", "locked",
+                                                                "duplicate")):
+                raise
+            time.sleep(0.3 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+class Heartbeat(threading.Thread):
+    """Records a heartbeat for each trial this sweep holds, every interval, until stopped."""
+
+    def __init__(self, storage: optuna.storages.RDBStorage, interval_s: float):
+        super().__init__(daemon=True, name="fa2-tuner-heartbeat")
+        self.storage, self.interval_s = storage, interval_s
+        self.held: set[int] = set()
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+
+    def beat(self, trial_id: int) -> None:
+        with self.lock:
+            self.held.add(trial_id)
+        self.storage.record_heartbeat(trial_id)
+
+    def release(self, trial_id: int) -> None:
+        with self.lock:
+            self.held.discard(trial_id)
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval_s):
+            with self.lock:
+                held = list(self.held)
+            for trial_id in held:
+                with contextlib.suppress(Exception):    # a lost connection: the next beat tries again
+                    self.storage.record_heartbeat(trial_id)
 
 
 def grid_size(space: SearchSpace) -> int:
@@ -134,15 +211,23 @@ def grid_size(space: SearchSpace) -> int:
     return math.prod(len(getattr(space, name)) for name in PARAMS)
 
 
-def grid_left(study: optuna.Study, space: SearchSpace) -> int:
-    """Grid points no trial has taken yet (the grid sampler would repeat one after that)."""
-    taken = {t.system_attrs["grid_id"] for t in study.get_trials(deepcopy=False)
+def grid_left(trials: optuna.Study | list, space: SearchSpace) -> int:
+    """Grid points no trial has taken yet (the grid sampler would repeat one after that),
+    from a study or from a list of its trials already read."""
+    if isinstance(trials, optuna.Study):
+        trials = trials.get_trials(deepcopy=False)
+    taken = {t.system_attrs["grid_id"] for t in trials
              if "grid_id" in t.system_attrs and t.state != TrialState.WAITING}
     return grid_size(space) - len(taken)
 
 
 class SearchSession:
     """One sweep's side of an Optuna study in RDB storage: ask, tell and resume.
+
+    Several sweeps (threads of one, processes, hosts) may share the study. Each trial
+    this one holds gets a heartbeat; trials whose sweep died are finished by the others:
+    at once when it ran on this host (its process is gone), else once its heartbeat is
+    stale (Optuna fails the trial and re-queues its config). Calls are thread-safe.
 
     Args:
         url: the database URL (Optuna's tables sit beside the store's).
@@ -158,16 +243,24 @@ class SearchSession:
                  attrs: dict):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.space, self.grid = space, sampler == "grid"
-        self.storage = optuna.storages.RDBStorage(url)
-        self.study = optuna.create_study(study_name=name, storage=self.storage, direction="maximize",
-                                         sampler=make_sampler(sampler, space, seed), load_if_exists=True)
+        self.lock = threading.RLock()
+        self.storage = open_storage(url)
+        self.study = _create_study(name, self.storage, make_sampler(sampler, space, seed))
         self.study_id = self.storage.get_study_id_from_name(name)
         for key, value in attrs.items():
-            self.study.set_user_attr(key, value)
+            if self.study.user_attrs.get(key) != value:
+                self.study.set_user_attr(key, value)
         self.distributions = distributions(space, sampler)
         self.total = grid_size(space) if self.grid else (trials or 100)
-        self.orphans, self.foreign = orphaned_trials(self.study)
         self.me = owner()
+        self.heartbeat = Heartbeat(self.storage, HEARTBEAT[0])
+        self.heartbeat.start()
+        self._scanned = 0.0
+        self.orphans, self.foreign = [], 0
+        self._rescan()
+
+    def close(self) -> None:
+        self.heartbeat.stopped.set()
 
     def finished(self) -> int:
         return sum(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
@@ -177,26 +270,109 @@ class SearchSession:
         return optuna.trial.Trial(self.study,
                                   self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number))
 
+    def _rescan(self) -> None:
+        """Fail trials with a stale heartbeat (re-queued by Optuna) and collect this host's orphans."""
+        self._scanned = time.monotonic()
+        with _quiet():
+            optuna.storages.fail_stale_trials(self.study)
+        orphans, foreign = orphaned_trials(self.study)
+        with self.lock:
+            self.foreign = foreign
+            known = {o.number for o in self.orphans}
+            self.orphans += [o for o in orphans if o.number not in known]
+
     def ask(self) -> tuple[int, Config] | None:
-        """The next trial: an orphan of a dead sweep first, then a new one; None when done."""
-        if self.orphans:
-            orphan, self.orphans = self.orphans[0], self.orphans[1:]
-            self.trial(orphan.number).set_user_attr(OWNER_ATTR, self.me)
+        """The next trial: an orphan of a dead sweep first, then a re-queued or new one.
+
+        None when the study is done. When this sweep holds no trial but others still do,
+        it waits for them rather than return None: one of theirs may die and come back,
+        re-queued (or as an orphan, if it ran on this host).
+        """
+        while True:
+            answer = self._ask_once()
+            if answer != "wait":
+                return answer
+            time.sleep(HEARTBEAT[0])
+
+    def _next_orphan(self) -> tuple[int, Config] | None:
+        while True:
+            with self.lock:
+                if not self.orphans:
+                    return None
+                orphan, self.orphans = self.orphans[0], self.orphans[1:]
+            trial = self.trial(orphan.number)
+            try:
+                trial.set_user_attr(OWNER_ATTR, self.me)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue                    # another sweep took it over and finished it first
+            self.heartbeat.beat(trial._trial_id)
             return orphan.number, orphan.config
-        if self.grid:
-            if grid_left(self.study, self.space) <= 0:
+
+    def _ask_once(self) -> tuple[int, Config] | None | str:
+        if time.monotonic() - self._scanned > RESCAN_S:
+            self._rescan()
+        orphan = self._next_orphan()
+        if orphan:
+            return orphan
+        trials = self.study.get_trials(deepcopy=False)      # one read decides whether the study is done
+        waiting = any(t.state == TrialState.WAITING for t in trials)
+        if not waiting and (grid_left(trials, self.space) <= 0 if self.grid else
+                            sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+                                for t in trials) >= self.total):
+            others = [t for t in trials if t.state == TrialState.RUNNING and t._trial_id not in self.heartbeat.held]
+            if not others or self.heartbeat.held:     # never wait while holding trials others may wait on
                 return None
-        elif sum(t.state.is_finished() or t.state == TrialState.RUNNING
-                 for t in self.study.get_trials(deepcopy=False)) >= self.total:
-            return None
-        trial = self.study.ask(self.distributions)
+            self._rescan()
+            return "wait" if not self.orphans else self._ask_once()
+        with _quiet():
+            trial = self.study.ask(self.distributions)
         trial.set_user_attr(OWNER_ATTR, self.me)
+        self.heartbeat.beat(trial._trial_id)
         return trial.number, config_of(trial.params)
 
-    def tell(self, number: int, value: float, attrs: dict) -> None:
-        """Finish a trial: its attributes, the rejected constraint (value 0), then its value."""
+    def leader(self, number: int, config: Config) -> int | None:
+        """The lowest-numbered other RUNNING trial of the same config, if it comes before
+        ``number``: that trial times the config, and this one waits for its rows."""
+        running = [t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                   if t.number < number and len(t.params) == len(PARAMS) and config_of(t.params) == config]
+        return min(running) if running else None
+
+    def alive(self, number: int) -> bool:
+        """The trial is RUNNING and its sweep is not known dead (on this host: its process is
+        gone; elsewhere, a stale heartbeat makes some sweep fail it)."""
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        trial = self.storage.get_trial(trial_id)
+        return trial.state == TrialState.RUNNING and not owner_dead(trial)
+
+    def tell(self, number: int, value: float, attrs: dict) -> bool:
+        """Finish a trial: its attributes, the rejected constraint (value 0), then its value.
+
+        Returns:
+            False if the trial was already finished elsewhere (another sweep judged this
+            one dead and re-queued its config): the rows are stored all the same.
+        """
         trial = self.trial(number)
-        for key, item in attrs.items():
-            trial.set_user_attr(key, item)
-        trial.set_constraint(REJECTED_CONSTRAINT, 0.0 if value > 0 else 1.0)
-        self.study.tell(number, value)
+        self.heartbeat.release(trial._trial_id)
+        if self.storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
+            return False
+        try:
+            for key, item in attrs.items():
+                trial.set_user_attr(key, item)
+            trial.set_constraint(REJECTED_CONSTRAINT, 0.0 if value > 0 else 1.0)
+            self.study.tell(number, value)
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+            return False
+        return True
+
+
+def _create_study(name: str, storage, sampler) -> optuna.Study:
+    """``create_study(load_if_exists=True)``, when another sweep may be creating it at this moment."""
+    for attempt in range(5):
+        try:
+            return optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler,
+                                       load_if_exists=True)
+        except Exception as exc:
+            if attempt == 4 or not any(w in str(exc) for w in ("UNIQUE", "unique", "already exists", "duplicate")):
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")

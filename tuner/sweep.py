@@ -12,6 +12,7 @@ written, opens the run, and writes the outputs.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +34,8 @@ EXAMPLES = f"""examples:
   python -m tuner.sweep --gpu sm_89 --study my_study.toml --sampler tpe --trials 120
   python -m tuner.sweep --gpu auto --study long_context --timeout 1800 --storage sqlite:///my.db
   python -m tuner.sweep --gpu sm_90 --study head_dim_128 --profile 3
+  python -m tuner.sweep --gpu sm_90 --sampler grid --workers 2
+  python -m tuner.sweep --gpu sm_90 --storage postgresql+psycopg://tuner@dbhost/fa2   # same command on each host
 
 Outputs go to --out ({DEFAULT_OUT}/ by default): the database tuning.db, dashboards/ and
 configs/<study>_<target>_configs.py, a @triton.autotune list to paste into your code.
@@ -68,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trial-timeout", type=float, default=180.0,
                         help="seconds before a trial's worker is killed and the config recorded as a timeout "
                              "(default 180)")
+    parser.add_argument("--workers", type=int,
+                        help="GPU worker processes, one per visible device, all on one study (default: every "
+                             "visible GPU). Several hosts share a study through --storage postgresql+psycopg://...")
     parser.add_argument("--finalists", type=int, default=5,
                         help="configs per shape re-timed together after the search (default 5; 0: none)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of that re-timing (default 5)")
@@ -81,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_numbers(args) -> str | None:
     """The first bad number among the flags, as an error message; None if all are good."""
-    for name, low in (("trials", 1), ("jobs", 1), ("batch", 1), ("finalists", 0), ("rounds", 2), ("profile", 1)):
+    for name, low in (("trials", 1), ("jobs", 1), ("batch", 1), ("finalists", 0), ("rounds", 2), ("profile", 1),
+                      ("workers", 1)):
         value = getattr(args, name)
         if value is not None and value < low:
             return f"--{name} {value} must be at least {low}"
@@ -135,6 +142,19 @@ def _resolve_gpus(args, parser):
     return target, present, label
 
 
+def _workers(args, present) -> tuple[int, str | None]:
+    """(workers, error): --workers checked against the GPUs this process can see."""
+    if present is None:
+        return args.workers or 1, None
+    import torch
+
+    visible = torch.cuda.device_count()
+    if args.workers and args.workers > visible:
+        return 0, (f"--workers {args.workers}: only {visible} GPU(s) are visible here "
+                   f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); give at most {visible}")
+    return args.workers or visible, None
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -157,6 +177,10 @@ def main(argv=None) -> int:
     if isinstance(resolved, int):
         return resolved
     target, present, gpu_label = resolved
+    workers, problem = _workers(args, present)
+    if problem:
+        return usage_error(parser, problem)
+    args.workers = workers
     try:
         db = Store(url)
         stored = db.claim_study(study.name, study.fingerprint, study.path)
@@ -180,10 +204,11 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
     ctx = RunContext(study=study, target=target, gpu_label=gpu_label, env=env, run_id=run.id)
     options = SweepOptions(sampler=args.sampler, trials=args.trials, timeout_s=args.timeout, seed=args.seed,
                            jobs=args.jobs, batch=args.batch, trial_timeout_s=args.trial_timeout, device=args.device,
-                           finalists=args.finalists, rounds=args.rounds)
+                           finalists=args.finalists, rounds=args.rounds, workers=args.workers)
     sweep = Sweep(ctx, db, present, options)
     print(f"study {study.name} ({study.path}): {len(study.shapes)} shape(s), {len(study.space.all_configs())} "
-          f"configs; target {target.name}; GPU used: {gpu_label}; storage {db.url}", file=sys.stderr)
+          f"configs; target {target.name}; GPU used: {gpu_label}"
+          + (f" x {args.workers} workers" if args.workers > 1 else "") + f"; storage {db.url}", file=sys.stderr)
     if present is None and args.device != "cpu":
         counts = sweep.budget_only()
         db.finish_run(run.id, "budget-only")
@@ -203,8 +228,10 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
         return 130
     except (WorkerFailed, RuntimeError) as exc:
         db.finish_run(run.id, "failed")
-        print(f"error: the GPU worker could not measure the SDPA baselines: {exc}. Finished trials are stored; "
-              f"fix the cause and run the same command to resume.", file=sys.stderr)
+        what = ("the GPU worker could not measure the SDPA baselines" if isinstance(exc, WorkerFailed)
+                else f"the sweep stopped on {type(exc).__name__}")
+        print(f"error: {what}: {exc}. Finished trials are stored; fix the cause and run the same command to resume.",
+              file=sys.stderr)
         return 1
     db.finish_run(run.id, "finished")
     print(summary(ctx, db.results(study.name, target.name, gpu_label), counts, sweep.clock, sweep.verdicts))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import create_engine, delete, inspect, select
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import create_engine, delete, event, inspect, select
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
 from tuner.store._tables import TABLES, Base, Finalist, Profile, Result, Run, StudyRecord, now
@@ -21,30 +23,62 @@ class StoreError(RuntimeError):
     """The database cannot be used as a store; the message says why and what to do."""
 
 
-def _add_missing_columns(engine) -> None:
+def _add_missing_columns(connection) -> None:
     """Bring a database made by an older fa2-tuner up to date: columns added since are
     nullable, so ``ALTER TABLE ... ADD COLUMN`` keeps every stored row. (Tables added
     since are made by ``create_all``, which runs first.)"""
-    inspector = inspect(engine)
-    with engine.begin() as connection:
-        for table in Base.metadata.sorted_tables:
-            present = {column["name"] for column in inspector.get_columns(table.name)}
-            for column in table.columns:
-                if column.name not in present and column.nullable:
-                    kind = column.type.compile(dialect=engine.dialect)
-                    connection.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
+    inspector = inspect(connection)
+    for table in Base.metadata.sorted_tables:
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present and column.nullable:
+                kind = column.type.compile(dialect=connection.dialect)
+                connection.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
+
+
+@event.listens_for(Engine, "connect")
+def _sqlite_commits_without_fsync(dbapi_connection, _record) -> None:
+    """Every SQLite connection of the process (ours and Optuna's): in WAL mode, NORMAL
+    synchronisation makes a commit durable against a crash or ``kill -9`` of the process,
+    not against the machine losing power, and saves an fsync per commit. A sweep makes
+    about ten commits per trial."""
+    if isinstance(dbapi_connection, sqlite3.Connection):
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+
+def _transient(exc: Exception) -> bool:
+    """A clash with another writer that redoing the transaction resolves."""
+    if isinstance(exc, IntegrityError):
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in ("deadlock", "could not serialize", "database is locked"))
+
+
+DDL_LOCK = 0x6661327475   # "fa2tu": PostgreSQL advisory lock that serialises table creation across hosts
 
 
 def _create_tables(engine) -> None:
-    """``create_all``, tolerant of another process creating the same tables at the same time."""
+    """``create_all`` and the missing columns, safe when several processes start at once.
+
+    On PostgreSQL a transaction-scoped advisory lock serialises them. SQLite has no such
+    lock; there a process that loses the race ("already exists", or a unique constraint
+    on the catalogue) waits a moment and tries again, up to five times.
+    """
     for attempt in range(5):
         try:
-            Base.metadata.create_all(engine)
-            _add_missing_columns(engine)
+            with engine.begin() as connection:
+                if connection.dialect.name == "postgresql":
+                    connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({DDL_LOCK})")
+                Base.metadata.create_all(connection)
+                _add_missing_columns(connection)
             return
-        except OperationalError as exc:
-            if "already exists" not in str(exc) and "duplicate column" not in str(exc) or attempt == 4:
+        except (OperationalError, IntegrityError, ProgrammingError) as exc:
+            text = str(exc)
+            if attempt == 4 or not any(word in text for word in ("already exists", "duplicate", "UNIQUE", "locked")):
                 raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 class Store:
@@ -134,30 +168,70 @@ class Store:
     def replace_results(self, rows: list[Result]) -> None:
         """Store rows, replacing earlier rows for the same (study, target, gpu, shape, config).
 
-        One transaction; if another process commits the same keys first (the unique
-        constraint fires), the transaction is redone once, and this one's rows win.
+        One transaction. When another process writes the same keys at the same time (the
+        unique constraint fires, or PostgreSQL breaks a deadlock between the two), the
+        transaction is redone, up to five times with a growing pause; the last writer's rows win.
         """
-        for attempt in range(2):
+        columns = [c.name for c in Result.__table__.columns if c.name != "id"]
+        for attempt in range(5):
+            # fresh objects each time: a rolled-back flush leaves its ids on the old ones
+            batch = rows if attempt == 0 else [Result(**{c: getattr(r, c) for c in columns}) for r in rows]
             try:
                 with self.session() as session:
-                    for row in rows:
+                    for row in batch:
                         session.execute(delete(Result).where(
                             Result.study == row.study, Result.target == row.target, Result.gpu == row.gpu,
                             Result.shape == row.shape, Result.config == row.config))
-                    session.add_all(rows)
+                    session.add_all(batch)
                 return
+            except (IntegrityError, OperationalError) as exc:
+                if attempt == 4 or not _transient(exc):
+                    raise
+                time.sleep(0.1 * (attempt + 1))
+
+    def config_rows(self, study: str, target: str, gpu: str, config: str) -> list[Result]:
+        """The stored rows of one config (one per shape), e.g. written by another sweep."""
+        with self.session() as session:
+            return list(session.scalars(select(Result).where(
+                Result.study == study, Result.target == target, Result.gpu == gpu, Result.config == config)
+                .order_by(Result.id)))
+
+    def insert_results(self, rows: list[Result]) -> list[Result]:
+        """Store a config's rows unless another process stored that config first.
+
+        The unique constraint on (study, target, gpu, shape, config) decides: the loser's
+        transaction rolls back and it gets the winner's rows, so every config is stored
+        once however many sweeps share the database.
+
+        Returns:
+            The rows now stored for the config: ``rows``, or the winner's.
+        """
+        try:
+            with self.session() as session:
+                session.add_all(rows)
+            return rows
+        except IntegrityError:
+            first = rows[0]
+            stored = self.config_rows(first.study, first.target, first.gpu, first.config)
+            if not stored:
+                raise
+            return stored
+
+    def claim_study(self, name: str, fingerprint: str, path: str) -> StudyRecord:
+        """Record the study's fingerprint, or return the one already stored under ``name``
+        (also when another process stores it at the same moment)."""
+        for attempt in range(2):
+            try:
+                with self.session() as session:
+                    record = session.get(StudyRecord, name)
+                    if record is None:
+                        record = StudyRecord(name=name, fingerprint=fingerprint, path=path)
+                        session.add(record)
+                return record
             except IntegrityError:
                 if attempt:
                     raise
-
-    def claim_study(self, name: str, fingerprint: str, path: str) -> StudyRecord:
-        """Record the study's fingerprint, or return the one already stored under ``name``."""
-        with self.session() as session:
-            record = session.get(StudyRecord, name)
-            if record is None:
-                record = StudyRecord(name=name, fingerprint=fingerprint, path=path)
-                session.add(record)
-        return record
+        raise AssertionError("unreachable")
 
     def runs(self, study: str | None = None) -> list[Run]:
         query = select(Run) if study is None else select(Run).where(Run.study == study)

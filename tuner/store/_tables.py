@@ -63,6 +63,8 @@ class Baseline(Base):
     flash_host_us: Mapped[float | None] = mapped_column(Float)
     cudnn_host_us: Mapped[float | None] = mapped_column(Float)
     timer: Mapped[str | None] = mapped_column(String(16))       # cuda_graph, do_bench or wall_clock
+    device_index: Mapped[int | None] = mapped_column(Integer)   # which of the host's GPUs measured it
+    device_uuid: Mapped[str | None] = mapped_column(String(64))
     measured_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
 
 
@@ -125,6 +127,11 @@ class Result(Base):
     cudnn_ms: Mapped[float | None] = mapped_column(Float)
     pct_flash: Mapped[float | None] = mapped_column(Float)
     pct_cudnn: Mapped[float | None] = mapped_column(Float)
+    # the device that checked and timed it (one of several with --workers), and its host
+    device_index: Mapped[int | None] = mapped_column(Integer)
+    device_name: Mapped[str | None] = mapped_column(String(128))
+    device_uuid: Mapped[str | None] = mapped_column(String(64))
+    host: Mapped[str | None] = mapped_column(String(128))
     # where the trial's time went, seconds (for all its shapes together)
     check_s: Mapped[float | None] = mapped_column(Float)
     time_s: Mapped[float | None] = mapped_column(Float)
