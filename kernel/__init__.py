@@ -1,20 +1,20 @@
-"""FlashAttention-2 forward in Triton, with its references and stopwatches.
+"""FlashAttention-2 forward and backward in Triton, with their references and stopwatches.
 
 Public API:
     flash_attn_fwd(q, k, v, causal=False, *, block_m, block_n, num_warps, num_stages) -> (out, lse)
-    flash_attention(q, k, v, causal=False) -> out   (autograd op; backward not implemented)
+    flash_attn_bwd(dout, q, k, v, out, lse, causal=False, *, block_m, block_n, ...) -> (dq, dk, dv)
+    flash_attention(q, k, v, causal=False) -> out   (autograd op: both kernels)
 """
 
+from kernel.flash_bwd import FlashAttention, flash_attention, flash_attn_bwd
 from kernel.flash_fwd import (
     AUTOTUNE_KEY,
     COMPILE_OPTIONS,
     DTYPES,
     HEAD_DIMS,
-    FlashAttention,
     LaunchPlan,
     LaunchShape,
     default_config,
-    flash_attention,
     flash_attn_fwd,
     interpreting,
     kernel_arguments,
@@ -24,6 +24,6 @@ from kernel.reference import attention_reference, flash_attn_tiled_reference
 
 __all__ = [
     "AUTOTUNE_KEY", "COMPILE_OPTIONS", "DTYPES", "HEAD_DIMS", "FlashAttention", "LaunchPlan", "LaunchShape",
-    "attention_reference", "default_config", "flash_attention", "flash_attn_fwd", "flash_attn_tiled_reference",
-    "interpreting", "kernel_arguments", "plan_for",
+    "attention_reference", "default_config", "flash_attention", "flash_attn_bwd", "flash_attn_fwd",
+    "flash_attn_tiled_reference", "interpreting", "kernel_arguments", "plan_for",
 ]

@@ -3,8 +3,8 @@
 Read top to bottom: the kernel, the description of its arguments that the launcher
 and the tuner's cross-compiler share, the input checks, the launcher (a cached launch
 plan per input layout, so a repeated call costs little more than the launch itself),
-and the autograd wrapper. This file imports nothing from ``tuner``; copy it into your
-own code. (It is longer than our ~400-line rule for modules because it is the one
+and the forward's entry point (the autograd op, with the backward, is in
+``flash_bwd.py``). This file imports nothing from ``tuner``; copy it into your own code. (It is longer than our ~400-line rule for modules because it is the one
 file a user copies, so it must stand alone.)
 
 Conventions:
@@ -483,29 +483,3 @@ def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     """
     plan = plan_for(_flash_fwd_kernel, (block_m, block_n, num_warps, num_stages), q, k, v, causal, out, lse)
     return plan(q, k, v, out, lse)
-
-
-# ------------------------------------------------------------------------------ autograd
-
-
-class FlashAttention(torch.autograd.Function):
-    """Autograd wrapper; the backward pass is not written yet."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal=False):
-        out, lse = flash_attn_fwd(q, k, v, causal)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal = causal
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        raise NotImplementedError(
-            "flash_attention has no backward pass yet (a tiled FA2 backward is planned); "
-            "use torch.nn.functional.scaled_dot_product_attention where you need gradients"
-        )
-
-
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    """Attention output of :func:`flash_attn_fwd` as an autograd op (forward only)."""
-    return FlashAttention.apply(q, k, v, causal)

@@ -102,6 +102,44 @@ def flash_attn_tiled_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return out, lse
 
 
+def flash_attn_tiled_backward_reference(dout, q, k, v, out, lse, causal: bool = False, tile_q: int = 16,
+                                        tile_k: int = 16) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The FA2 backward in PyTorch, tile by tile, as the Triton kernels do it.
+
+    The forward kept only ``lse``, so each tile's probabilities are recomputed:
+    ``P = exp(S - lse)``. With ``delta = rowsum(dO * O)``: ``dV += P^T dO``,
+    ``dS = P * (dO V^T - delta)``, ``dK += scale dS^T Q`` (a key tile gathers from every
+    query tile that sees it) and ``dQ += scale dS K`` (a query tile from its key tiles).
+
+    Returns:
+        ``(dq, dk, dv)`` in the inputs' dtypes, computed in float32.
+    """
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    dq, dk, dv = (torch.zeros_like(t, dtype=torch.float32) for t in (q, k, v))
+    delta = (dout.float() * out.float()).sum(-1, keepdim=True)               # [..., N_q, 1]
+    for k_start in range(0, n_k, tile_k):
+        k_tile, v_tile = k[..., k_start:k_start + tile_k, :].float(), v[..., k_start:k_start + tile_k, :].float()
+        for q_start in range(0, n_q, tile_q):
+            rows = slice(q_start, q_start + tile_q)
+            if causal and q_start + q[..., rows, :].shape[-2] <= k_start:    # the whole tile is above the diagonal
+                continue
+            q_tile, do_tile = q[..., rows, :].float(), dout[..., rows, :].float()
+            scores = q_tile @ k_tile.transpose(-1, -2) * scale                # [..., Bq, Bk]
+            if causal:
+                q_pos = torch.arange(q_start, q_start + q_tile.shape[-2], device=q.device)[:, None]
+                k_pos = torch.arange(k_start, k_start + k_tile.shape[-2], device=q.device)[None, :]
+                scores = scores.masked_fill(k_pos > q_pos, float("-inf"))
+            row_lse = lse[..., rows].unsqueeze(-1)                            # [..., Bq, 1]
+            # a row with no key (lse = -inf) has no probability anywhere, hence no gradient
+            probs = torch.where(torch.isinf(row_lse), 0.0, torch.exp(scores - row_lse))
+            dv[..., k_start:k_start + tile_k, :] += probs.transpose(-1, -2) @ do_tile
+            d_scores = probs * (do_tile @ v_tile.transpose(-1, -2) - delta[..., rows, :])
+            dk[..., k_start:k_start + tile_k, :] += scale * d_scores.transpose(-1, -2) @ q_tile
+            dq[..., rows, :] += scale * d_scores @ k_tile
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
 # --------------------------------------------------------------------------- accuracy
 
 # A kernel's error may be at most this multiple of PyTorch's own error on the same inputs.

@@ -1,0 +1,193 @@
+"""The FA2 backward: dQ, dK and dV against a float64 autograd reference, within 3x
+PyTorch's own error on the same inputs (autograd through SDPA's math at the input
+precision), on ragged, non-square and causal shapes, every head dim, both layouts, a
+last tile with one valid row or key, and rows with no key. fp32 and fp16 run in the
+interpreter; bf16 and large shapes on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernel
+from kernel.reference import causal_keep, rel_err
+
+MULTIPLE = 3.0
+# As the forward's floors: only as high as a correct kernel needs, where PyTorch's own
+# error is near zero (fp32 on the CPU, with exact dots).
+GRAD_FLOOR = {torch.float32: 2e-6, torch.float16: 5e-4, torch.bfloat16: 5e-3}
+
+
+def _reference(q, k, v, dout, causal):
+    """Gradients by autograd through the attention math in float64."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out, _ = kernel.attention_reference(q64, k64, v64, causal)
+    return torch.autograd.grad(out, (q64, k64, v64), dout.double())
+
+
+def _torch_grads(q, k, v, dout, causal):
+    """PyTorch's own gradients at the inputs' precision (SDPA's math backend)."""
+    q1, k1, v1 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    mask = causal_keep(q.shape[-2], k.shape[-2], q.device) if causal else None
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        out = F.scaled_dot_product_attention(q1, k1, v1, attn_mask=mask)
+    return torch.autograd.grad(out, (q1, k1, v1), dout)
+
+
+def _check(q, k, v, causal, dout=None, **config):
+    dout = torch.randn_like(q) if dout is None else dout
+    out, lse = kernel.flash_attn_fwd(q, k, v, causal)
+    ours = kernel.flash_attn_bwd(dout, q, k, v, out, lse, causal, **config)
+    expected = _reference(q, k, v, dout, causal)
+    pytorchs = _torch_grads(q, k, v, dout, causal)
+    for name, mine, theirs, ref in zip(("dq", "dk", "dv"), ours, pytorchs, expected):
+        assert mine.shape == ref.shape and mine.dtype == q.dtype, name
+        assert not torch.isnan(mine).any(), f"{name} has NaN"
+        bound = max(MULTIPLE * rel_err(theirs, ref), GRAD_FLOOR[q.dtype])
+        assert rel_err(mine, ref) <= bound, f"{name}: rel err {rel_err(mine, ref):.2e} > bound {bound:.2e}"
+    return ours
+
+
+def _inputs(device, shape_q, shape_kv, dtype=torch.float32):
+    return (torch.randn(shape_q, device=device, dtype=dtype), torch.randn(shape_kv, device=device, dtype=dtype),
+            torch.randn(shape_kv, device=device, dtype=dtype))
+
+
+@pytest.mark.parametrize("n_q, n_k, causal", [(64, 64, False), (64, 64, True), (97, 53, True), (53, 97, True),
+                                              (33, 130, False), (130, 33, True)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_gradients_match_the_reference_on_ragged_and_causal_shapes(device, n_q, n_k, causal, dtype):
+    torch.manual_seed(n_q * 1000 + n_k + causal)
+    _check(*_inputs(device, (2, 3, n_q, 32), (2, 3, n_k, 32), dtype), causal, block_m=32, block_n=16)
+
+
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 128, 256])
+def test_every_head_dim(device, head_dim):
+    torch.manual_seed(head_dim)
+    _check(*_inputs(device, (1, 2, 40, head_dim), (1, 2, 24, head_dim)), True, block_m=16, block_n=16)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_last_tiles_with_one_valid_row_and_one_valid_key(device, causal):
+    torch.manual_seed(7)
+    block_m, block_n = 32, 16
+    _check(*_inputs(device, (1, 2, 3 * block_m + 1, 32), (1, 2, 2 * block_n + 1, 32)), causal,
+           block_m=block_m, block_n=block_n)
+
+
+def test_the_dq_pass_may_use_its_own_tiles_and_three_dim_inputs_work(device):
+    torch.manual_seed(3)
+    q, k, v = _inputs(device, (2, 77, 64), (2, 45, 64))
+    dq, dk, dv = _check(q, k, v, True, block_m=16, block_n=32, block_m_q=64, block_n_q=16)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+
+
+def test_v_in_another_memory_layout(device):
+    torch.manual_seed(5)
+    q, k, _ = _inputs(device, (1, 2, 50, 32), (1, 2, 70, 32))
+    v = torch.randn(1, 70, 2, 32, device=device).transpose(1, 2)       # strided over heads
+    _check(q, k, v, False, block_m=16, block_n=16)
+
+
+def test_no_keys_give_zero_gradients_and_no_nan(device):
+    q, k, v = _inputs(device, (1, 2, 20, 16), (1, 2, 0, 16))
+    out, lse = kernel.flash_attn_fwd(q, k, v, False)
+    dq, dk, dv = kernel.flash_attn_bwd(torch.randn_like(q), q, k, v, out, lse, False, block_m=16, block_n=16)
+    assert torch.equal(dq, torch.zeros_like(dq)) and dk.numel() == dv.numel() == 0
+
+
+def test_flash_attention_is_an_autograd_op(device):
+    torch.manual_seed(11)
+    q, k, v = (t.requires_grad_() for t in _inputs(device, (1, 2, 48, 32), (1, 2, 48, 32)))
+    dout = torch.randn_like(q)
+    kernel.flash_attention(q, k, v, True).backward(dout)
+    expected = _reference(q, k, v, dout, True)
+    for got, ref in zip((q.grad, k.grad, v.grad), expected):
+        assert rel_err(got, ref) <= GRAD_FLOOR[torch.float32]
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(dout=torch.zeros(1, 2, 5, 16)), "dout must be like q"),
+    (dict(lse=torch.zeros(1, 2, 15)), "lse must be float32"),
+    (dict(lse=torch.zeros(1, 2, 16, dtype=torch.float64)), "lse must be float32"),
+    (dict(block_m=24), "block_m=24 must be a power of two"),
+    (dict(block_n_q=8), "block_n_q=8 must be a power of two"),
+])
+def test_bad_inputs_are_named(device, change, words):
+    q, k, v = _inputs(device, (1, 2, 16, 16), (1, 2, 16, 16))
+    out, lse = kernel.flash_attn_fwd(q, k, v, False)
+    arguments = dict(dout=torch.randn_like(q), q=q, k=k, v=v, out=out, lse=lse)
+    config = {key: value for key, value in change.items() if key.startswith("block")}
+    arguments.update({key: value.to(device) for key, value in change.items() if key not in config})
+    with pytest.raises(ValueError, match=words):
+        kernel.flash_attn_bwd(**arguments, causal=False, **config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_on_a_gpu_at_a_real_size(causal):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (run on the device machine)")
+    torch.manual_seed(1)
+    q, k, v = _inputs("cuda", (2, 4, 1031, 128), (2, 4, 777, 128), torch.bfloat16)
+    _check(q, k, v, causal, block_m=64, block_n=64, num_warps=4, num_stages=2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_tiled_pytorch_backward_matches_autograd(causal):
+    """The teaching version of the backward (kernel/reference.py), on a ragged shape."""
+    from kernel.reference import flash_attn_tiled_backward_reference
+
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 2, n, 16, dtype=torch.float64) for n in (37, 29, 29))
+    dout = torch.randn_like(q)
+    out, lse = kernel.attention_reference(q, k, v, causal)
+    tiled = flash_attn_tiled_backward_reference(dout, q, k, v, out, lse.float(), causal, tile_q=16, tile_k=8)
+    for got, ref in zip(tiled, _reference(q, k, v, dout, causal)):
+        assert rel_err(got, ref) < 1e-5
+
+
+CROSS_COMPILE = '''
+import inspect, json, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernel.flash_bwd import _bwd_kv_kernel, _bwd_q_kernel
+shared = {}
+for capability in (90, 89):
+    for fn in (_bwd_kv_kernel, _bwd_q_kernel):
+        signature, constexprs, attrs = {}, {}, {}
+        for i, name in enumerate(inspect.signature(fn.fn).parameters):
+            if name in ("HEAD_DIM", "BLOCK_M", "BLOCK_N", "CAUSAL"):
+                signature[name] = "constexpr"
+                constexprs[(i,)] = {"HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64, "CAUSAL": True}[name]
+            elif name == "sm_scale":
+                signature[name] = "fp32"
+            else:
+                pointer = name in ("Q", "K", "V", "DO", "LSE", "DELTA", "DQ", "DK", "DV")
+                signature[name] = ("*fp32" if name in ("LSE", "DELTA") else "*bf16") if pointer else "i32"
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
+                                  target=GPUTarget("cuda", capability, 32), options=dict(num_warps=4, num_stages=2))
+        shared[f"sm_{capability} {fn.fn.__name__}"] = compiled.metadata.shared
+print(json.dumps(shared))
+'''
+
+
+def test_the_backward_compiles_for_hopper_and_ada_without_a_gpu():
+    """bf16, D=64, causal, 64x64 tiles: both passes compile for sm_90 and sm_89 on the CPU
+    (outside the interpreter, as the tuner's budget stage compiles)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run([sys.executable, "-c", CROSS_COMPILE], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    shared = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(shared) == 4 and all(0 < b <= 99 * 1024 for b in shared.values()), shared
