@@ -31,6 +31,20 @@ from kernel.flash_fwd import _check_inputs, flash_attn_fwd
 
 
 @triton.jit
+def _load_rows(base, index, stride, offs_d, n):
+    """Rows ``index`` of an [n, D] matrix at ``base`` with row stride ``stride``; zeros past ``n``."""
+    return tl.load(base + index[:, None] * stride + offs_d[None, :], mask=index[:, None] < n, other=0.0)
+
+
+@triton.jit
+def _row_stats(LSE, DELTA, pid_bh, rows, N_Q):
+    """The forward's lse and the precomputed delta = rowsum(dO * O) of query ``rows``."""
+    first = pid_bh.to(tl.int64) * N_Q
+    return (tl.load(LSE + first + rows, mask=rows < N_Q, other=0.0),
+            tl.load(DELTA + first + rows, mask=rows < N_Q, other=0.0))
+
+
+@triton.jit
 def _probabilities(q, k, lse, rows, cols, N_Q, N_K, sm_scale, CAUSAL: tl.constexpr):
     """P = exp(scale * q k^T - lse) on one [BLOCK_M, BLOCK_N] tile, 0 where masked."""
     qk = tl.dot(q, tl.trans(k)) * sm_scale                                # [BLOCK_M, BLOCK_N] fp32
@@ -55,30 +69,26 @@ def _bwd_kv_kernel(
     cols = start_n + tl.arange(0, BLOCK_N)                                # [BLOCK_N] keys of this program
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    col_ok = cols[:, None] < N_K
-    k = tl.load(K + batch * stride_kb + head * stride_kh + cols[:, None] * stride_kn + offs_d[None, :],
-                mask=col_ok, other=0.0)                                   # [BLOCK_N, D]
-    v = tl.load(V + batch * stride_vb + head * stride_vh + cols[:, None] * stride_vn + offs_d[None, :],
-                mask=col_ok, other=0.0)                                   # [BLOCK_N, D]
+    q_base = Q + batch * stride_qb + head * stride_qh
+    do_base = DO + batch * stride_ob + head * stride_oh
+    k = _load_rows(K + batch * stride_kb + head * stride_kh, cols, stride_kn, offs_d, N_K)   # [BLOCK_N, D]
+    v = _load_rows(V + batch * stride_vb + head * stride_vh, cols, stride_vn, offs_d, N_K)   # [BLOCK_N, D]
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     # Causal: query rows before this tile's first key never see it.
     first = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0
     for start_m in range(first, N_Q, BLOCK_M):
         rows = start_m + offs_m                                           # [BLOCK_M]
-        row_ok = rows[:, None] < N_Q
-        q = tl.load(Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qm + offs_d[None, :],
-                    mask=row_ok, other=0.0)                               # [BLOCK_M, D]
-        do = tl.load(DO + batch * stride_ob + head * stride_oh + rows[:, None] * stride_om + offs_d[None, :],
-                     mask=row_ok, other=0.0)                              # [BLOCK_M, D]
-        lse = tl.load(LSE + pid_bh.to(tl.int64) * N_Q + rows, mask=rows < N_Q, other=0.0)      # [BLOCK_M]
-        delta = tl.load(DELTA + pid_bh.to(tl.int64) * N_Q + rows, mask=rows < N_Q, other=0.0)  # [BLOCK_M]
+        q = _load_rows(q_base, rows, stride_qm, offs_d, N_Q)              # [BLOCK_M, D]
+        do = _load_rows(do_base, rows, stride_om, offs_d, N_Q)            # [BLOCK_M, D]
+        lse, delta = _row_stats(LSE, DELTA, pid_bh, rows, N_Q)            # [BLOCK_M] each
         p = _probabilities(q, k, lse, rows, cols, N_Q, N_K, sm_scale, CAUSAL)  # [BLOCK_M, BLOCK_N]
         dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)                    # [BLOCK_N, D]
         dp = tl.dot(do, tl.trans(v))                                      # [BLOCK_M, BLOCK_N]
         ds = p * (dp - delta[:, None])
         dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)                     # [BLOCK_N, D]
     dk = dk * sm_scale
+    col_ok = cols[:, None] < N_K
     tl.store(DK + batch * stride_kgb + head * stride_kgh + cols[:, None] * stride_kgn + offs_d[None, :],
              dk.to(DK.dtype.element_ty), mask=col_ok)
     tl.store(DV + batch * stride_vgb + head * stride_vgh + cols[:, None] * stride_vgn + offs_d[None, :],
@@ -100,30 +110,25 @@ def _bwd_q_kernel(
     rows = start_m + tl.arange(0, BLOCK_M)                                # [BLOCK_M] queries of this program
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = rows[:, None] < N_Q
-    q = tl.load(Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qm + offs_d[None, :],
-                mask=row_ok, other=0.0)                                   # [BLOCK_M, D]
-    do = tl.load(DO + batch * stride_ob + head * stride_oh + rows[:, None] * stride_om + offs_d[None, :],
-                 mask=row_ok, other=0.0)                                  # [BLOCK_M, D]
-    lse = tl.load(LSE + pid_bh.to(tl.int64) * N_Q + rows, mask=rows < N_Q, other=0.0)          # [BLOCK_M]
-    delta = tl.load(DELTA + pid_bh.to(tl.int64) * N_Q + rows, mask=rows < N_Q, other=0.0)      # [BLOCK_M]
+    k_base = K + batch * stride_kb + head * stride_kh
+    v_base = V + batch * stride_vb + head * stride_vh
+    q = _load_rows(Q + batch * stride_qb + head * stride_qh, rows, stride_qm, offs_d, N_Q)   # [BLOCK_M, D]
+    do = _load_rows(DO + batch * stride_ob + head * stride_oh, rows, stride_om, offs_d, N_Q)  # [BLOCK_M, D]
+    lse, delta = _row_stats(LSE, DELTA, pid_bh, rows, N_Q)                # [BLOCK_M] each
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     # Causal: keys after this tile's last query are never seen.
     key_stop = tl.minimum(N_K, start_m + BLOCK_M) if CAUSAL else N_K
     for start_n in range(0, key_stop, BLOCK_N):
         cols = start_n + offs_n                                           # [BLOCK_N]
-        col_ok = cols[:, None] < N_K
-        k = tl.load(K + batch * stride_kb + head * stride_kh + cols[:, None] * stride_kn + offs_d[None, :],
-                    mask=col_ok, other=0.0)                               # [BLOCK_N, D]
-        v = tl.load(V + batch * stride_vb + head * stride_vh + cols[:, None] * stride_vn + offs_d[None, :],
-                    mask=col_ok, other=0.0)                               # [BLOCK_N, D]
+        k = _load_rows(k_base, cols, stride_kn, offs_d, N_K)              # [BLOCK_N, D]
+        v = _load_rows(v_base, cols, stride_vn, offs_d, N_K)              # [BLOCK_N, D]
         p = _probabilities(q, k, lse, rows, cols, N_Q, N_K, sm_scale, CAUSAL)  # [BLOCK_M, BLOCK_N]
         dp = tl.dot(do, tl.trans(v))                                      # [BLOCK_M, BLOCK_N]
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq)                                # [BLOCK_M, D]
     dq = dq * sm_scale
     tl.store(DQ + batch * stride_qgb + head * stride_qgh + rows[:, None] * stride_qgm + offs_d[None, :],
-             dq.to(DQ.dtype.element_ty), mask=row_ok)
+             dq.to(DQ.dtype.element_ty), mask=rows[:, None] < N_Q)
 
 
 # ----------------------------------------------------------------------------- launcher

@@ -8,8 +8,15 @@ with more GPUs. This replays exactly those calls (:class:`tuner.search.SearchSes
 :class:`tuner.store.Store`) for a grid study's first N trials, in batches, with one or
 more threads telling, and prints ms per trial.
 
-    python -m tuner.bench_store --trials 300 --threads 1 --threads 2
-    python -m tuner.bench_store --storage postgresql+psycopg://postgres@127.0.0.1:54329/postgres
+    python -m tuner.bench_store calls --trials 300 --threads 1 --threads 2
+    python -m tuner.bench_store calls --storage postgresql+psycopg://postgres@127.0.0.1:54329/postgres
+
+``driver`` runs the real sweep (:class:`tuner.driver.Sweep`: Optuna, the store, the budget
+and compile stages from the cache, the threads) over the article grid, with the GPU
+workers replaced by stand-ins that sleep as long as a trial takes on the GPU, so what
+remains is the sweep's own overhead, and how well N workers overlap:
+
+    python -m tuner.bench_store driver --trial-ms 450 --workers 1 --workers 2
 """
 
 from __future__ import annotations
@@ -66,14 +73,82 @@ def per_trial_ms(url: str, trials: int, threads: int, batch: int = 30) -> float:
     return 1000 * (time.perf_counter() - started) / trials
 
 
+class _StandInWorker:
+    """Answers like :class:`tuner.runner.GpuWorker`, sleeping instead of using a GPU."""
+
+    trial_s = 0.27
+    retime_s = 1.1      # one config, all its rounds (53 s for the article grid's 48 finalists on the H200)
+
+    def __init__(self, shapes, timing, timeout_s, device, device_index=None):
+        self.shapes, self.index, self.restarts = shapes, device_index or 0, 0
+
+    def device_info(self) -> dict:
+        return {"device_index": self.index, "device_name": "stand-in", "device_uuid": None}
+
+    def baselines(self) -> dict:
+        return {s.label: {"flash_ms": 1.0, "cudnn_ms": 0.8, "flash_host_us": 10.0, "cudnn_host_us": 10.0,
+                          "timer": "stand-in"} for s in self.shapes}
+
+    def trial(self, config):
+        from tuner.outcome import ShapeOutcome, TrialOutcome
+        from tuner.status import Status
+
+        time.sleep(self.trial_s)
+        ms = 1.0 / (config.block_m * config.block_n) ** 0.1 + 0.001 * config.num_stages
+        return TrialOutcome(Status.TIMED, "", {s.label: ShapeOutcome(s.label, True, ms=ms, timer="stand-in")
+                                               for s in self.shapes}, check_s=0.0, time_s=self.trial_s)
+
+    def retime(self, orders) -> dict:
+        keys = {label: sorted({c.key for order in rounds for c in order}) for label, rounds in orders.items()}
+        time.sleep(self.retime_s * sum(len(k) for k in keys.values()))
+        return {label: {key: [1.0 + i * 0.01] * len(orders[label]) for i, key in enumerate(ks)}
+                for label, ks in keys.items()}
+
+    def close(self) -> None:
+        pass
+
+
+def driver_wall_s(workers: int, trial_ms: float, gpu: str = "sm_89") -> float:
+    """Wall seconds of a grid sweep of the article study with stand-in workers."""
+    from tuner import driver, sweep
+
+    _StandInWorker.trial_s = trial_ms / 1000
+    real = driver.GpuWorker
+    driver.GpuWorker = _StandInWorker
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            started = time.perf_counter()
+            code = sweep.main(["--gpu", gpu, "--study", "article", "--sampler", "grid", "--device", "cpu",
+                               "--workers", str(workers), "--no-outputs", "--out", folder])
+            wall = time.perf_counter() - started
+    finally:
+        driver.GpuWorker = real
+    if code != 0:
+        raise RuntimeError(f"the sweep exited {code}")
+    return wall
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tuner.bench_store", description=__doc__.splitlines()[0],
-                                     epilog="examples:\n  python -m tuner.bench_store --trials 300 --threads 1 "
-                                            "--threads 2", formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--storage", help="database URL (default: a fresh SQLite file in a temporary folder)")
-    parser.add_argument("--trials", type=int, default=300, help="grid trials (default 300; the grid has 750)")
-    parser.add_argument("--threads", type=int, action="append", help="threads telling (repeatable; default 1)")
+                                     epilog="examples:\n  python -m tuner.bench_store calls --trials 300 --threads 2\n"
+                                            "  python -m tuner.bench_store driver --workers 1 --workers 2",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    calls = sub.add_parser("calls", help="the database calls of N trials, ms per trial")
+    calls.add_argument("--storage", help="database URL (default: a fresh SQLite file in a temporary folder)")
+    calls.add_argument("--trials", type=int, default=300, help="grid trials (default 300; the grid has 750)")
+    calls.add_argument("--threads", type=int, action="append", help="threads telling (repeatable; default 1)")
+    drive = sub.add_parser("driver", help="the whole sweep with stand-in GPU workers, wall seconds")
+    drive.add_argument("--workers", type=int, action="append", help="stand-in devices (repeatable; default 1 and 2)")
+    drive.add_argument("--trial-ms", type=float, default=450.0,
+                       help="how long a timed trial holds a device (default 450: the H200 article grid's average)")
     args = parser.parse_args(argv)
+    if args.command == "driver":
+        walls = {n: driver_wall_s(n, args.trial_ms) for n in args.workers or [1, 2]}
+        for n, wall in walls.items():
+            print(f"{n} stand-in worker(s), {args.trial_ms:.0f} ms per timed trial: {wall:.1f} s wall, "
+                  f"{wall / walls[min(walls)]:.2f}x of {min(walls)} worker(s)")
+        return 0
     if not 1 <= args.trials <= 750 or any(t < 1 for t in args.threads or []):
         parser.error(f"--trials {args.trials} must be 1..750 and --threads at least 1")
     for threads in args.threads or [1]:

@@ -158,12 +158,7 @@ class Store:
 
     def results(self, study: str | None = None, target: str | None = None, gpu: str | None = None) -> list[Result]:
         """Stored results, optionally for one study, target and GPU."""
-        query = select(Result)
-        for column, value in ((Result.study, study), (Result.target, target), (Result.gpu, gpu)):
-            if value is not None:
-                query = query.where(column == value)
-        with self.session() as session:
-            return list(session.scalars(query.order_by(Result.id)))
+        return self._rows(Result, (study, target, gpu), (Result.id,))
 
     def replace_results(self, rows: list[Result]) -> None:
         """Store rows, replacing earlier rows for the same (study, target, gpu, shape, config).
@@ -260,12 +255,16 @@ class Store:
 
     def profiles(self, study: str | None = None, target: str | None = None, gpu: str | None = None) -> list[Profile]:
         """Stored profiles, optionally for one study, target and GPU."""
-        query = select(Profile)
-        for column, value in ((Profile.study, study), (Profile.target, target), (Profile.gpu, gpu)):
+        return self._rows(Profile, (study, target, gpu), (Profile.shape, Profile.kind, Profile.rank, Profile.id))
+
+    def _rows(self, model, where: tuple[str | None, str | None, str | None], order: tuple) -> list:
+        """Rows of a table with study, target and gpu columns, filtered on those given."""
+        query = select(model)
+        for column, value in zip((model.study, model.target, model.gpu), where):
             if value is not None:
                 query = query.where(column == value)
         with self.session() as session:
-            return list(session.scalars(query.order_by(Profile.shape, Profile.kind, Profile.rank, Profile.id)))
+            return list(session.scalars(query.order_by(*order)))
 
     def replace_profile(self, row: Profile) -> None:
         """Store one profile whole, in one transaction, replacing an earlier one of the same
