@@ -15,6 +15,7 @@ FLOORS = {
     1: ["tuner.problem", "tuner.status", "tuner.gpus", "tuner.space", "tuner.cli", "tuner.outcome"],
     2: ["tuner.budget", "tuner.study", "tuner.store", "tuner.studies"],
     3: ["tuner.gate", "tuner.runner", "tuner.search", "tuner.records", "tuner.finalists", "tuner.stages",
+        "tuner.budget_only",
         "tuner.report"],
     4: ["tuner.driver", "tuner.emit", "tuner.dashboard", "tuner.verify", "tuner.profile"],
     5: ["tuner.sweep", "tuner.__main__", "tuner.bench_search", "tuner.bench_timing", "tuner.bench_store"],

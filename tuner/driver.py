@@ -21,8 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from kernel.timing import WALL
-from tuner import budget, finalists, records, search
+from tuner import finalists, records, search
 from tuner.budget import CompilePool, CompileTask
+from tuner.budget_only import budget_only
 from tuner.gpus import GpuSpec
 from tuner.records import RunContext
 from tuner.report import Clock, Progress
@@ -92,35 +93,13 @@ class Sweep:
                 self.by_binary.setdefault(row.binary, row.config)
         self.verdicts: dict[str, finalists.ShapeVerdict] = {}
         self.lock = threading.RLock()                 # known, by_binary, counts, clock, progress
+        self.timing_binary: dict[str, threading.Event] = {}     # binary -> set when its claimant is done
 
     # ----------------------------------------------------------------- no GPU
 
     def budget_only(self) -> Counter:
-        """Stages 1 and 2 for the target over the study's whole space, stored."""
-        study, target = self.ctx.study, self.ctx.target
-        configs = study.space.all_configs()
-        rejected = {c: budget_stage(c, study, target) for c in configs}
-        to_compile = [c for c in configs if rejected[c] is None]
-        plans = {c: compile_plan(c, study, target, None) for c in to_compile}
-        tasks = [task for c in to_compile for task in plans[c]]
-        print(f"budget stage for {target.name}: {len(configs) - len(to_compile)} configs rejected by the model and "
-              f"restrictions; compiling {len(to_compile)} for {target.name} ({len(tasks)} compiles, cached after)",
-              file=sys.stderr)
-        started = time.perf_counter()
-        infos = iter(budget.compile_many(tasks, jobs=self.options.jobs, progress=_compile_progress(target.name)))
-        rows = []
-        for config in configs:
-            rejection = rejected[config]
-            if rejection is None:
-                verdict = compile_stage(config, study, target, None, plans[config],
-                                        [next(infos) for _ in plans[config]])
-                rejection = verdict.rejection or Rejection(
-                    Status.PENDING, Stage.COMPILE, f"fits {target.name}; timing needs a CUDA GPU", verdict.fields)
-            self.counts[rejection.status] += 1
-            rows += records.result_rows(config, self.ctx, rejection.status, rejection.stage, rejection.reason,
-                                        rejection.fields)
-        self.store.replace_results(rows)
-        print(f"budget stage: {len(configs)} configs, {len(tasks)} compiles in {time.perf_counter() - started:.0f} s")
+        """Stages 1 and 2 for the target over the study's whole space, stored (no GPU)."""
+        self.counts.update(budget_only(self.ctx, self.store, self.options.jobs))
         return self.counts
 
     # --------------------------------------------------------------- the search
@@ -170,20 +149,15 @@ class Sweep:
 
     def _search(self, deadline: float | None) -> None:
         """Batches: the next one compiles while this one is checked and timed, a trial per free worker."""
-        free: queue.Queue[Slot] = queue.Queue()
+        self.free: queue.Queue[Slot] = queue.Queue()
         for slot in self.slots:
-            free.put(slot)
-
-        def on_a_free_worker(asked: Asked) -> None:
-            slot = free.get()
-            try:
-                self._process(asked, slot)
-            finally:
-                free.put(slot)
-
-        threads = ThreadPoolExecutor(len(self.slots), thread_name_prefix="fa2-tuner-trial")
+            self.free.put(slot)
+        # More threads than devices: one trial's bookkeeping (store, Optuna) runs while
+        # another holds the device; a trial takes a device only to be checked and timed.
+        threads = ThreadPoolExecutor(2 * len(self.slots) + 1, thread_name_prefix="fa2-tuner-trial")
         asker = ThreadPoolExecutor(1, thread_name_prefix="fa2-tuner-ask")
         try:
+            previous: list = []
             current = self._ask_batch(deadline)
             while current:
                 waited = time.perf_counter()
@@ -191,12 +165,19 @@ class Sweep:
                     for future in asked.futures:
                         future.result()
                 self.clock.compile_s += time.perf_counter() - waited
-                # The next batch is asked (Optuna's bookkeeping) and compiled while this one is checked and timed.
+                running = [threads.submit(self._process, asked) for asked in current]
+                # The next batch is asked (Optuna's bookkeeping) and compiled while this one is checked and
+                # timed; the devices go on to it without waiting for this batch's last trial to finish.
                 upcoming = asker.submit(self._ask_batch, deadline)
-                for done in [threads.submit(on_a_free_worker, asked) for asked in current]:
+                for done in previous:
                     done.result()
-                # holding no trial now, this may wait for other sweeps' last trials (and finish any that die)
-                current = upcoming.result() or self._ask_batch(deadline)
+                previous, current = running, upcoming.result()
+                if not current:
+                    for done in previous:
+                        done.result()
+                    previous = []
+                    # holding no trial now, this may wait for other sweeps' last trials (and finish any that die)
+                    current = self._ask_batch(deadline)
         finally:
             threads.shutdown(wait=True, cancel_futures=True)   # Ctrl-C: the trials in flight finish
             asker.shutdown(wait=True, cancel_futures=True)
@@ -222,7 +203,7 @@ class Sweep:
         ctx = slot.ctx if slot else self.ctx
         return records.result_rows(asked.config, ctx, status, stage, reason, fields, outcome, asked.number)
 
-    def _process(self, asked: Asked, slot: Slot) -> None:
+    def _process(self, asked: Asked) -> None:
         config = asked.config
         with self.lock:
             known = self.known.get(config.key)
@@ -239,26 +220,61 @@ class Sweep:
         elsewhere = self._stored_elsewhere(asked)
         if elsewhere:
             return self._finish(asked, elsewhere, reused=True)
-        with self.lock:
-            twin = self.by_binary.get(compiled.fields.get("binary"))
-            twin_rows = self.known.get(twin) if twin else None
+        binary = compiled.fields.get("binary")
+        twin, twin_rows = self._twin(binary, config.key)
         if twin_rows:
             return self._finish(asked, records.copied_rows(
                 twin_rows, config, self.ctx.run_id, f"same binary as {twin}: its results, not re-timed",
                 asked.number, compiled.fields))
-        self._ensure_baselines(slot)
-        outcome = slot.worker.trial(config)
-        status = outcome.status
-        if status == Status.CRASHED and outcome.error_type in COMPILE_ERRORS:
-            status = Status.COMPILE_ERROR
-        stage = Stage.TIME if status == Status.TIMED else Stage.CHECK
-        rows = self._rows(asked, status, stage, outcome.reason, compiled.fields, outcome, slot)
+        status = None
+        try:
+            slot = self.free.get()            # the next free device, for the check and the timing only
+            try:
+                self._ensure_baselines(slot)
+                outcome = slot.worker.trial(config)
+            finally:
+                self.free.put(slot)
+            status = outcome.status
+            if status == Status.CRASHED and outcome.error_type in COMPILE_ERRORS:
+                status = Status.COMPILE_ERROR
+            stage = Stage.TIME if status == Status.TIMED else Stage.CHECK
+            rows = self._rows(asked, status, stage, outcome.reason, compiled.fields, outcome, slot)
+            with self.lock:
+                self.clock.check_s += outcome.check_s
+                self.clock.time_s += outcome.time_s
+            self._finish(asked, rows)
+        finally:
+            self._release_binary(binary, config.key, status)
+
+    def _twin(self, binary: str | None, key: str) -> tuple[str | None, list[Result] | None]:
+        """(config, rows) of an earlier config with the same binary, timed already or being timed
+        now by another trial of this sweep (then wait for it). (None, None): this trial times
+        the binary, and claims it so that its twins wait instead of timing it too."""
+        if not binary:
+            return None, None
         with self.lock:
-            self.clock.check_s += outcome.check_s
-            self.clock.time_s += outcome.time_s
-            if status == Status.TIMED and compiled.fields.get("binary"):
-                self.by_binary.setdefault(compiled.fields["binary"], config.key)
-        self._finish(asked, rows)
+            twin = self.by_binary.get(binary)
+            if twin is None:
+                self.by_binary[binary] = key
+                self.timing_binary[binary] = threading.Event()
+                return None, None
+            event = self.timing_binary.get(binary)
+        if event is not None:
+            event.wait(3 * self.options.trial_timeout_s)
+        with self.lock:
+            twin = self.by_binary.get(binary)
+            rows = self.known.get(twin) if twin and twin != key else None
+        return (twin, rows) if rows and Status(rows[0].status) == Status.TIMED else (None, None)
+
+    def _release_binary(self, binary: str | None, key: str, status: Status | None) -> None:
+        """The claimant is done: its binary stays known only if it was timed; its twins may go on."""
+        with self.lock:
+            if binary and self.by_binary.get(binary) == key:
+                if status != Status.TIMED:
+                    del self.by_binary[binary]
+                event = self.timing_binary.pop(binary, None)
+                if event is not None:
+                    event.set()
 
     def _stored_elsewhere(self, asked: Asked) -> list[Result] | None:
         """The config's rows if another sweep of this study stored them, or is timing the
@@ -381,13 +397,3 @@ def _timer_of(rows: list[Result], label: str) -> str | None:
 
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f} ms"
-
-
-def _compile_progress(target: str):
-    def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty():
-            print(f"\rcompiling for {target}: {done}/{total}", end="" if done < total else "\n",
-                  file=sys.stderr, flush=True)
-        elif done % 50 == 0 or done == total:     # a log gets a line now and then
-            print(f"compiling for {target}: {done}/{total}", file=sys.stderr, flush=True)
-    return progress
