@@ -57,7 +57,7 @@ def test_bounds_are_three_times_pytorchs_error_or_the_floor():
 def test_floors_sit_far_below_a_one_key_bug():
     """An extra key in a row of 17 moves out by percents; every floor is under 1e-2 of that."""
     assert max(OUT_FLOOR.values()) <= 2e-3 and max(LSE_FLOOR.values()) <= 1e-5
-    assert OUT_FLOOR[torch.float32] <= 1e-5 and LSE_FLOOR[torch.float32] <= 1e-6
+    assert OUT_FLOOR[torch.float32] <= 1e-5 and LSE_FLOOR[torch.float32] <= 5e-6
 
 
 def test_pytorchs_own_error_is_measured_on_the_inputs():
