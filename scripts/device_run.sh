@@ -25,7 +25,8 @@ stage() {
     env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv
          python3 -c "import torch, triton, optuna, sqlalchemy, plotly; print('torch', torch.__version__, 'triton', triton.__version__, 'optuna', optuna.__version__, 'sqlalchemy', sqlalchemy.__version__, 'plotly', plotly.__version__)";;
     gputests) timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -s tests/test_kernel.py tests/test_timing.py \
-                tests/test_sweep.py tests/test_emit.py tests/test_budget.py tests/test_profile.py -k "not verdicts_hold" \
+                tests/test_sweep.py tests/test_emit.py tests/test_budget.py tests/test_profile.py tests/test_backward.py \
+                -k "not verdicts_hold" \
                 > "$W/gputests.log" 2>&1
               grep -E "passed|failed|error|graph .* do_bench|host µs|ncu " "$W/gputests.log" | tail -12;;
     host) python3 -m tuner.bench_timing host --markdown "$W/host.md" 2>&1 | tail -12;;
