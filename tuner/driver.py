@@ -148,7 +148,8 @@ class Sweep:
         return self.counts
 
     def _search(self, deadline: float | None) -> None:
-        """Batches: the next one compiles while this one is checked and timed, a trial per free worker."""
+        """Batches of trials: the next one is asked and compiled while this one is checked and timed,
+        at most two batches in flight; each trial takes a free device for its check and timing."""
         self.free: queue.Queue[Slot] = queue.Queue()
         for slot in self.slots:
             self.free.put(slot)

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import math
-import socket
 from dataclasses import dataclass, field
 
 from kernel.timing import attention_flops
@@ -39,7 +38,7 @@ class RunContext:
     env: dict
     run_id: int
     baselines: dict[str, dict] = field(default_factory=dict)    # shape label -> SDPA times (Baseline columns)
-    device: dict = field(default_factory=dict)     # device_index, device_name, device_uuid of the worker's GPU
+    device: dict = field(default_factory=dict)     # device_index, device_name, device_uuid, host of the worker
 
 
 def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, reason: str, fields: dict,
@@ -67,7 +66,7 @@ def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, r
             tflops=flops / ms * 1e-9 if ms else None, flash_ms=flash, cudnn_ms=cudnn,
             pct_flash=100 * flash / ms if ms and flash else None, pct_cudnn=100 * cudnn / ms if ms and cudnn else None,
             check_s=outcome.check_s if outcome else None, time_s=outcome.time_s if outcome else None,
-            host=socket.gethostname() if outcome else None, **(ctx.device if outcome else {}), **fields))
+            **(ctx.device if outcome else {}), **fields))
     return rows
 
 

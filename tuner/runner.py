@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import socket
 import threading
 import time
 import traceback
@@ -369,8 +370,8 @@ class GpuWorker:
         return self.request("baselines", timeout_s=max(self.timeout_s, START_TIMEOUT_S))
 
     def device_info(self) -> dict:
-        """Columns naming the device: index, name and UUID."""
-        return {"device_index": self.device_index or 0, **self.request("device_info")}
+        """Columns naming the device: index, name, UUID and host."""
+        return {"device_index": self.device_index or 0, "host": socket.gethostname(), **self.request("device_info")}
 
     def trial(self, config: Config) -> TrialOutcome:
         """Check and time one config; failures come back as an outcome, never raised."""

@@ -23,6 +23,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from tuner.space import Config, SearchSpace
+from tuner.store import mentions, retrying
 
 SAMPLERS = ("tpe", "grid", "random")
 OWNER_ATTR = "owner"              # "host:pid" of the sweep that asked the trial
@@ -164,18 +165,16 @@ def open_storage(url: str, heartbeat: tuple[int, int] = HEARTBEAT) -> optuna.sto
     writers wait up to 60 s for each other's lock rather than fail.
     """
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    for attempt in range(6):
-        try:
-            with _quiet():
-                return optuna.storages.RDBStorage(
-                    url, engine_kwargs=kwargs, heartbeat_interval=heartbeat[0], grace_period=heartbeat[1],
-                    heartbeat_stale_trial_callback=_RETRY(max_retry=3))
-        except Exception as exc:        # IntegrityError / OperationalError from the racing DDL
-            if attempt == 5 or not any(w in str(exc) for w in ("UNIQUE", "unique", "already exists", "locked",
-                                                                "duplicate")):
-                raise
-            time.sleep(0.3 * (attempt + 1))
-    raise AssertionError("unreachable")
+
+    def storage(_attempt: int) -> optuna.storages.RDBStorage:
+        with _quiet():
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=kwargs, heartbeat_interval=heartbeat[0], grace_period=heartbeat[1],
+                heartbeat_stale_trial_callback=_RETRY(max_retry=3))
+
+    # IntegrityError / OperationalError from the racing DDL
+    return retrying(storage, mentions("UNIQUE", "unique", "already exists", "locked", "duplicate"), attempts=6,
+                    pause_s=0.3)
 
 
 class Heartbeat(threading.Thread):
@@ -243,7 +242,7 @@ class SearchSession:
                  attrs: dict):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.space, self.grid = space, sampler == "grid"
-        self.lock = threading.RLock()
+        self.lock = threading.Lock()           # the orphans and the foreign count
         self.storage = open_storage(url)
         self.study = _create_study(name, self.storage, make_sampler(sampler, space, seed))
         self.study_id = self.storage.get_study_id_from_name(name)
@@ -367,12 +366,6 @@ class SearchSession:
 
 def _create_study(name: str, storage, sampler) -> optuna.Study:
     """``create_study(load_if_exists=True)``, when another sweep may be creating it at this moment."""
-    for attempt in range(5):
-        try:
-            return optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler,
-                                       load_if_exists=True)
-        except Exception as exc:
-            if attempt == 4 or not any(w in str(exc) for w in ("UNIQUE", "unique", "already exists", "duplicate")):
-                raise
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")
+    return retrying(lambda _attempt: optuna.create_study(study_name=name, storage=storage, direction="maximize",
+                                                         sampler=sampler, load_if_exists=True),
+                    mentions("UNIQUE", "unique", "already exists", "duplicate"))

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import html
 
-from tuner.profile import KIND_LABELS, stalls_of, verdict
+from tuner.dashboard._heatmap import _num
+from tuner.profile import display_order, kernel_label, stalls_of, verdict
 from tuner.store import Profile
 
 # (column, axis label): percentages of peak, on one axis
 PERCENTS = (("tensor_pct", "tensor pipe active"), ("sm_pct", "SM throughput"),
             ("warps_active_pct", "warps active (occupancy)"), ("dram_pct", "DRAM throughput"),
             ("l2_hit_pct", "L2 hit rate"))
-KIND_ORDER = {"ours": 0, "sdpa_flash": 1, "sdpa_cudnn": 2}
 COLOURS = {"sdpa_flash": "#8c8c8c", "sdpa_cudnn": "#4d4d4d"}
 
 
@@ -20,22 +20,15 @@ def profile_page_name(study_slug: str, target: str, gpu_slug: str, shape_slug: s
     return f"{study_slug}__{target}__{gpu_slug}__{shape_slug}__profile.html"
 
 
-def kernel_label(row: Profile) -> str:
-    return f"#{row.rank} {row.config}" if row.kind == "ours" else KIND_LABELS.get(row.kind, row.kind)
-
-
 def _table_values(rows: list[Profile], cudnn: Profile | None) -> list[list[str]]:
-    def num(value, spec):
-        return "" if value is None else format(value, spec)
-
     columns = [
         [kernel_label(r) for r in rows],
-        [num(r.duration_us, ".1f") for r in rows],
-        [f"{num(r.dram_read_bytes and r.dram_read_bytes / 1e6, '.1f')} / "
-         f"{num(r.dram_write_bytes and r.dram_write_bytes / 1e6, '.1f')}" if r.status == "ok" else "" for r in rows],
-        [f"{num(r.registers, 'd')} / {num(r.smem_bytes and r.smem_bytes / 1024, '.0f')} KB" if r.status == "ok"
+        [_num(r.duration_us, ".1f") for r in rows],
+        [f"{_num(r.dram_read_bytes and r.dram_read_bytes / 1e6, '.1f')} / "
+         f"{_num(r.dram_write_bytes and r.dram_write_bytes / 1e6, '.1f')}" if r.status == "ok" else "" for r in rows],
+        [f"{_num(r.registers, 'd')} / {_num(r.smem_bytes and r.smem_bytes / 1024, '.0f')} KB" if r.status == "ok"
          else "" for r in rows],
-        [f"{num(r.grid_size, 'd')} x {num(r.block_size, 'd')}" if r.status == "ok" else "" for r in rows],
+        [f"{_num(r.grid_size, 'd')} x {_num(r.block_size, 'd')}" if r.status == "ok" else "" for r in rows],
         [", ".join(f"{n} {v:.2f}" for n, v in stalls_of(r)) for r in rows],
         [html.escape(verdict(r, cudnn if r.kind != "sdpa_cudnn" else None)) for r in rows],
     ]
@@ -47,7 +40,7 @@ def profile_page(rows: list[Profile]):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    rows = sorted(rows, key=lambda r: (KIND_ORDER.get(r.kind, 9), r.rank or 0))
+    rows = sorted(rows, key=display_order)
     ok = [r for r in rows if r.status == "ok"]
     cudnn = next((r for r in ok if r.kind == "sdpa_cudnn"), None)
     table_px = 110 + 72 * len(rows)          # a verdict wraps to about three lines

@@ -21,10 +21,11 @@ import importlib
 _EXPORTS = {
     "METRICS": "_metrics", "KernelCounters": "_metrics", "NcuOutputError": "_metrics", "ProfileError": "_metrics",
     "metrics_argument": "_metrics", "parse_raw_csv": "_metrics", "pick_kernel": "_metrics",
-    "KINDS": "_ncu", "KIND_LABELS": "_ncu", "CountersNotPermitted": "_ncu", "NcuMissing": "_ncu", "Target": "_ncu",
+    "KINDS": "_ncu", "KIND_LABELS": "_verdict", "CountersNotPermitted": "_ncu", "NcuMissing": "_ncu", "Target": "_ncu",
     "command": "_ncu",
     "find_ncu": "_ncu", "interpret": "_ncu", "ncu_version": "_ncu", "profile": "_ncu",
-    "bound": "_verdict", "stalls_of": "_verdict", "verdict": "_verdict",
+    "bound": "_verdict", "display_order": "_verdict", "kernel_label": "_verdict", "stalls_of": "_verdict",
+    "verdict": "_verdict",
     "ProfileContext": "_run", "best_configs": "_run", "profile_row": "_run", "profile_study": "_run",
     "profile_targets": "_run", "select_targets": "_run", "verdict_lines": "_run", "markdown": "_report",
 }

@@ -26,7 +26,9 @@ def _call(target: str, q, k, v, causal: bool, config: dict, out, lse):
         from kernel import flash_attn_fwd
 
         return lambda: flash_attn_fwd(q, k, v, causal, **config, out=out, lse=lse)
-    backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[target]
+    from kernel.timing import SDPA_BACKENDS
+
+    backend = getattr(SDPBackend, SDPA_BACKENDS[target])
 
     def sdpa():
         with sdpa_kernel(backend):

@@ -33,7 +33,6 @@ KINDS = {
     "sdpa_flash": ("flash", r"flash_fwd\w*_kernel<"),
     "sdpa_cudnn": ("cudnn", r"cudnn|sdpa|fmha|fprop"),
 }
-KIND_LABELS = {"ours": "ours", "sdpa_flash": "SDPA-flash", "sdpa_cudnn": "SDPA-cuDNN"}
 PERMISSION_HELP = (
     "ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM). Run as root, or let every user "
     "read them: put 'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d/nvidia-profiling.conf "

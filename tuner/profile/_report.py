@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from tuner.profile._ncu import KIND_LABELS
 from tuner.profile._run import verdict_lines
-from tuner.profile._verdict import stalls_of
+from tuner.profile._verdict import display_order, kernel_label, stalls_of
 from tuner.store import Profile
 
 HEADER = ("kernel", "µs (ncu)", "tensor pipe %", "SM %", "warps active %", "DRAM %", "DRAM MB read / written",
@@ -12,7 +11,7 @@ HEADER = ("kernel", "µs (ncu)", "tensor pipe %", "SM %", "warps active %", "DRA
 
 
 def _cells(row: Profile) -> list[str]:
-    name = f"#{row.rank} {row.config}" if row.kind == "ours" else KIND_LABELS[row.kind]
+    name = kernel_label(row)
     if row.status != "ok":
         return [name, f"failed: {row.reason}"] + [""] * (len(HEADER) - 2)
     return [name, f"{row.duration_us:.1f}", f"{row.tensor_pct:.1f}", f"{row.sm_pct:.1f}",
@@ -27,8 +26,7 @@ def markdown(rows: list[Profile]) -> str:
     parts = []
     for shape in dict.fromkeys(r.shape for r in rows):
         parts += [f"### {shape}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-        of_shape = sorted((r for r in rows if r.shape == shape), key=lambda r: (list(KIND_LABELS).index(r.kind),
-                                                                               r.rank or 0))
+        of_shape = sorted((r for r in rows if r.shape == shape), key=display_order)
         parts += ["| " + " | ".join(_cells(r)) + " |" for r in of_shape]
         parts.append("")
     parts += ["Verdicts:", "", "```", *verdict_lines(rows), "```", ""]

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tuner.profile._metrics import KernelCounters, ProfileError
-from tuner.profile._ncu import KIND_LABELS, CountersNotPermitted, Target, find_ncu, ncu_version, profile
-from tuner.profile._verdict import verdict
+from tuner.profile._ncu import CountersNotPermitted, Target, find_ncu, ncu_version, profile
+from tuner.profile._verdict import KIND_LABELS, verdict
 from tuner.space import Config
 from tuner.status import Status
 from tuner.store import Profile, Store

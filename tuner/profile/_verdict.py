@@ -5,8 +5,20 @@ from __future__ import annotations
 
 import json
 
+KIND_LABELS = {"ours": "ours", "sdpa_flash": "SDPA-flash", "sdpa_cudnn": "SDPA-cuDNN"}   # also the display order
 MEMORY_BOUND_DRAM_PCT = 60.0      # DRAM this busy: bandwidth is the limit
 COMPUTE_BOUND_TENSOR_PCT = 60.0   # tensor pipe this busy: math is the limit (FA3 reaches ~75% on H100)
+
+
+def kernel_label(row) -> str:
+    """How pages and tables name a profiled kernel: ``#1 128x64_w8_s3``, ``SDPA-cuDNN``."""
+    return f"#{row.rank} {row.config}" if row.kind == "ours" else KIND_LABELS.get(row.kind, row.kind)
+
+
+def display_order(row) -> tuple[int, int]:
+    """Sort key: our configs by rank, then SDPA-flash, then SDPA-cuDNN."""
+    order = list(KIND_LABELS)
+    return (order.index(row.kind) if row.kind in order else len(order), row.rank or 0)
 
 
 def stalls_of(row) -> list[tuple[str, float]]:

@@ -18,8 +18,8 @@ faster than SDPA. Readers open a store with ``create=False``: a mistyped path is
 error, never a new empty database.
 """
 
-from tuner.store._store import DEFAULT_OUT, DEFAULT_URL, Store, StoreError
+from tuner.store._store import DEFAULT_OUT, DEFAULT_URL, Store, StoreError, mentions, retrying
 from tuner.store._tables import TABLES, Base, Baseline, Finalist, Profile, Result, Run, StudyRecord, now
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_URL", "TABLES", "Base", "Baseline", "Finalist", "Profile", "Result", "Run",
-           "Store", "StoreError", "StudyRecord", "now"]
+           "Store", "StoreError", "StudyRecord", "mentions", "now", "retrying"]

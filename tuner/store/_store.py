@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import create_engine, delete, event, inspect, select
 from sqlalchemy.engine import Engine, make_url
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from tuner.store._tables import TABLES, Base, Finalist, Profile, Result, Run, StudyRecord, now
 
+T = TypeVar("T")
 DEFAULT_OUT = "fa2-out"
 DEFAULT_URL = f"sqlite:///{DEFAULT_OUT}/tuning.db"
 
@@ -48,12 +50,32 @@ def _sqlite_commits_without_fsync(dbapi_connection, _record) -> None:
         cursor.close()
 
 
+def retrying(action: Callable[[int], T], transient: Callable[[Exception], bool], attempts: int = 5,
+             pause_s: float = 0.2) -> T:
+    """``action(attempt)``, run again after a growing pause while it raises an error that
+    ``transient`` accepts (another process won a race), at most ``attempts`` times."""
+    for attempt in range(attempts):
+        try:
+            return action(attempt)
+        except Exception as exc:
+            if attempt == attempts - 1 or not transient(exc):
+                raise
+            time.sleep(pause_s * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def mentions(*words: str) -> Callable[[Exception], bool]:
+    """A ``transient`` test for :func:`retrying`: the error's text holds one of ``words``."""
+    return lambda exc: any(word in str(exc) for word in words)
+
+
 def _transient(exc: Exception) -> bool:
     """A clash with another writer that redoing the transaction resolves."""
     if isinstance(exc, IntegrityError):
         return True
     text = str(exc).lower()
-    return any(word in text for word in ("deadlock", "could not serialize", "database is locked"))
+    return isinstance(exc, OperationalError) and any(
+        word in text for word in ("deadlock", "could not serialize", "database is locked"))
 
 
 DDL_LOCK = 0x6661327475   # "fa2tu": PostgreSQL advisory lock that serialises table creation across hosts
@@ -66,19 +88,16 @@ def _create_tables(engine) -> None:
     lock; there a process that loses the race ("already exists", or a unique constraint
     on the catalogue) waits a moment and tries again, up to five times.
     """
-    for attempt in range(5):
-        try:
-            with engine.begin() as connection:
-                if connection.dialect.name == "postgresql":
-                    connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({DDL_LOCK})")
-                Base.metadata.create_all(connection)
-                _add_missing_columns(connection)
-            return
-        except (OperationalError, IntegrityError, ProgrammingError) as exc:
-            text = str(exc)
-            if attempt == 4 or not any(word in text for word in ("already exists", "duplicate", "UNIQUE", "locked")):
-                raise
-            time.sleep(0.2 * (attempt + 1))
+    def create(_attempt: int) -> None:
+        with engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({DDL_LOCK})")
+            Base.metadata.create_all(connection)
+            _add_missing_columns(connection)
+
+    lost_race = mentions("already exists", "duplicate", "UNIQUE", "locked")
+    retrying(create, lambda exc: isinstance(exc, (OperationalError, IntegrityError, ProgrammingError))
+             and lost_race(exc))
 
 
 class Store:
@@ -168,21 +187,18 @@ class Store:
         transaction is redone, up to five times with a growing pause; the last writer's rows win.
         """
         columns = [c.name for c in Result.__table__.columns if c.name != "id"]
-        for attempt in range(5):
+
+        def replace(attempt: int) -> None:
             # fresh objects each time: a rolled-back flush leaves its ids on the old ones
             batch = rows if attempt == 0 else [Result(**{c: getattr(r, c) for c in columns}) for r in rows]
-            try:
-                with self.session() as session:
-                    for row in batch:
-                        session.execute(delete(Result).where(
-                            Result.study == row.study, Result.target == row.target, Result.gpu == row.gpu,
-                            Result.shape == row.shape, Result.config == row.config))
-                    session.add_all(batch)
-                return
-            except (IntegrityError, OperationalError) as exc:
-                if attempt == 4 or not _transient(exc):
-                    raise
-                time.sleep(0.1 * (attempt + 1))
+            with self.session() as session:
+                for row in batch:
+                    session.execute(delete(Result).where(
+                        Result.study == row.study, Result.target == row.target, Result.gpu == row.gpu,
+                        Result.shape == row.shape, Result.config == row.config))
+                session.add_all(batch)
+
+        retrying(replace, _transient, pause_s=0.1)
 
     def config_rows(self, study: str, target: str, gpu: str, config: str) -> list[Result]:
         """The stored rows of one config (one per shape), e.g. written by another sweep."""
@@ -215,18 +231,15 @@ class Store:
     def claim_study(self, name: str, fingerprint: str, path: str) -> StudyRecord:
         """Record the study's fingerprint, or return the one already stored under ``name``
         (also when another process stores it at the same moment)."""
-        for attempt in range(2):
-            try:
-                with self.session() as session:
-                    record = session.get(StudyRecord, name)
-                    if record is None:
-                        record = StudyRecord(name=name, fingerprint=fingerprint, path=path)
-                        session.add(record)
-                return record
-            except IntegrityError:
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
+        def claim(_attempt: int) -> StudyRecord:
+            with self.session() as session:
+                record = session.get(StudyRecord, name)
+                if record is None:
+                    record = StudyRecord(name=name, fingerprint=fingerprint, path=path)
+                    session.add(record)
+            return record
+
+        return retrying(claim, lambda exc: isinstance(exc, IntegrityError), attempts=2, pause_s=0.0)
 
     def runs(self, study: str | None = None) -> list[Run]:
         query = select(Run) if study is None else select(Run).where(Run.study == study)
