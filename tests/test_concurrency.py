@@ -11,6 +11,7 @@ PostgreSQL cases skip, saying so.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -141,8 +142,15 @@ def test_three_sweeps_one_killed_store_every_config_once_and_finish_every_trial(
     _assert_each_config_stored_once(database, crowd)
     states = dict(_query(database, "select state, count(*) from trials group by state"))
     assert set(states) <= {"COMPLETE", "FAIL"} and "RUNNING" not in states and "WAITING" not in states, states
+    # A survivor finished each trial the killed sweep held: took it over as an orphan (its
+    # process is gone) and completed it, or, if its heartbeat went stale first, failed it and
+    # completed the retry Optuna queued for it.
     finished = dict(_query(database, "select number, state from trials"))
-    assert all(finished[number] == "COMPLETE" for number in held), (held, finished)   # a survivor finished them
+    retries = _query(database, "select t.state, a.value_json from trials t join trial_system_attributes a "
+                               "on a.trial_id = t.trial_id where a.key = 'retry_history'")
+    retried = {int(n) for state, history in retries if state == "COMPLETE" for n in json.loads(history)}
+    assert all(finished[number] == "COMPLETE" or (finished[number] == "FAIL" and number in retried)
+               for number in held), (held, finished, retries)
     _assert_logs_clean(logs[1:])
 
 
