@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tuner.profile._metrics import KernelCounters, ProfileError
 from tuner.profile._ncu import CountersNotPermitted, Target, find_ncu, ncu_version, profile
-from tuner.profile._verdict import KIND_LABELS, verdict
+from tuner.profile._verdict import KIND_LABELS, display_order, verdict
 from tuner.space import Config
 from tuner.status import Status
 from tuner.store import Profile, Store
@@ -110,7 +110,7 @@ def verdict_lines(rows: list[Profile]) -> list[str]:
     """Per shape, one line per profiled kernel, each against the shape's cuDNN profile."""
     lines = []
     for shape in dict.fromkeys(r.shape for r in rows):
-        of_shape = [r for r in rows if r.shape == shape]
+        of_shape = sorted((r for r in rows if r.shape == shape), key=display_order)
         cudnn = next((r for r in of_shape if r.kind == "sdpa_cudnn" and r.status == "ok"), None)
         lines.append(shape)
         for row in of_shape:
