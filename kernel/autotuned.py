@@ -19,21 +19,26 @@ import torch
 import triton
 
 from kernel.configs_h200 import CONFIGS, KEY
-from kernel.flash_fwd import _flash_fwd_kernel, plan_for
+from kernel.flash_fwd import KNOB_CONSTEXPRS, _flash_fwd_kernel, _scratch, interpreting, plan_for
 
 
 class AutotunedFlashAttention:
     """``flash_attn_fwd`` whose tiles, warps and stages come from ``@triton.autotune``.
 
     Args:
-        configs: ``triton.Config`` objects with BLOCK_M and BLOCK_N as kwargs.
+        configs: ``triton.Config`` objects with BLOCK_M and BLOCK_N as kwargs, and optionally
+            the knobs TMA, WARP_SPEC and PERSISTENT (and ``maxnreg``), as ``tuner.emit`` writes them.
         key: kernel argument names whose change triggers re-tuning.
     """
 
     def __init__(self, configs: Sequence[triton.Config], key: Sequence[str]):
+        knobs = {name for name, _ in KNOB_CONSTEXPRS}
         for config in configs:
-            if set(config.kwargs) != {"BLOCK_M", "BLOCK_N"}:
-                raise ValueError(f"each config must set exactly BLOCK_M and BLOCK_N; got {config.kwargs}")
+            if not {"BLOCK_M", "BLOCK_N"} <= set(config.kwargs) <= {"BLOCK_M", "BLOCK_N"} | knobs:
+                raise ValueError(f"each config must set BLOCK_M and BLOCK_N, and may set {sorted(knobs)}; "
+                                 f"got {config.kwargs}")
+        if any(config.kwargs.get("TMA") for config in configs) and not interpreting():
+            triton.set_allocator(_scratch)          # device-side descriptors need global scratch
         self.kernel = triton.autotune(configs=list(configs), key=list(key))(_flash_fwd_kernel)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,

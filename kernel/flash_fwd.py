@@ -42,25 +42,31 @@ DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 @triton.jit
-def _attend_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+def _attend_tiles(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                   key_start, key_stop, offs_m, offs_n, N_K, qk_scale,
-                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
+                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr,
+                  TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
     """Fold key tiles [key_start, key_stop) into the running softmax state.
 
     ``m_i`` is kept in log2 units (scores times ``scale * log2(e)``), so the inner
     loop uses exp2 and one fused multiply-add per score. Only MASKED calls (the
     ragged last key tile, and the tiles that straddle the causal diagonal) pay for
     bounds checks, the mask, and the guard for rows that have seen no valid key yet.
+    ``k_src``/``v_src`` are row pointers, or with TMA tensor descriptors of this head's
+    [N_K, D] keys, whose loads past N_K come back as zeros.
     """
-    for start_n in range(key_start, key_stop, BLOCK_N):
+    for start_n in tl.range(key_start, key_stop, BLOCK_N, warp_specialize=WARP_SPEC):
         offs_key = start_n + offs_n                                        # [BLOCK_N]
-        if MASKED:
+        if TMA:
+            k = k_src.load([start_n, 0])                                   # [BLOCK_N, D]
+            v = v_src.load([start_n, 0])                                   # [BLOCK_N, D]
+        elif MASKED:
             in_bounds = offs_key[:, None] < N_K                            # [BLOCK_N, 1]
-            k = tl.load(k_ptrs + start_n * stride_kn, mask=in_bounds, other=0.0)
-            v = tl.load(v_ptrs + start_n * stride_vn, mask=in_bounds, other=0.0)
+            k = tl.load(k_src + start_n * stride_kn, mask=in_bounds, other=0.0)
+            v = tl.load(v_src + start_n * stride_vn, mask=in_bounds, other=0.0)
         else:
-            k = tl.load(k_ptrs + start_n * stride_kn)                      # [BLOCK_N, D]
-            v = tl.load(v_ptrs + start_n * stride_vn)                      # [BLOCK_N, D]
+            k = tl.load(k_src + start_n * stride_kn)                       # [BLOCK_N, D]
+            v = tl.load(v_src + start_n * stride_vn)                       # [BLOCK_N, D]
         qk = tl.dot(q, tl.trans(k))                                        # [BLOCK_M, BLOCK_N] fp32
         if MASKED:
             keep = offs_key[None, :] < N_K
@@ -85,21 +91,13 @@ def _attend_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
 
 
 @triton.jit
-def _flash_fwd_kernel(
-    Q, K, V, O, LSE,
-    stride_qb, stride_qh, stride_qm,
-    stride_kb, stride_kh, stride_kn,
-    stride_vb, stride_vh, stride_vn,
-    stride_ob, stride_oh, stride_om,
-    H, N_Q, N_K, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-):
-    # Causal query tiles near the end of the sequence do the most work; launching them
-    # first keeps the last wave of programs short.
-    tile_m = tl.program_id(0)
-    if CAUSAL:
-        tile_m = tl.num_programs(0) - 1 - tile_m
-    pid_bh = tl.program_id(1)
+def _attend_query_tile(Q, K, V, O, LSE, tile_m, pid_bh,
+                       stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                       stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+                       H, N_Q, N_K, qk_scale,
+                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       CAUSAL: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
+    """Attention for one query tile of one (batch, head): out and lse of its rows."""
     batch = (pid_bh // H).to(tl.int64)
     head = (pid_bh % H).to(tl.int64)
     start_m = tile_m * BLOCK_M
@@ -108,8 +106,16 @@ def _flash_fwd_kernel(
     offs_n = tl.arange(0, BLOCK_N)                                         # [BLOCK_N]
     offs_d = tl.arange(0, HEAD_DIM)                                        # [D]
     q_ptrs = Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :]
-    k_ptrs = K + batch * stride_kb + head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
-    v_ptrs = V + batch * stride_vb + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :]
+    if TMA:
+        # Descriptors of this head's keys alone: the copy engine zero-fills rows past N_K,
+        # so a ragged last tile never reads the next head. (Needs triton.set_allocator.)
+        k_src = tl.make_tensor_descriptor(K + batch * stride_kb + head * stride_kh, shape=[N_K, HEAD_DIM],
+                                          strides=[stride_kn, 1], block_shape=[BLOCK_N, HEAD_DIM])
+        v_src = tl.make_tensor_descriptor(V + batch * stride_vb + head * stride_vh, shape=[N_K, HEAD_DIM],
+                                          strides=[stride_vn, 1], block_shape=[BLOCK_N, HEAD_DIM])
+    else:
+        k_src = K + batch * stride_kb + head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
+        v_src = V + batch * stride_vb + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :]
 
     q = tl.load(q_ptrs, mask=offs_m[:, None] < N_Q, other=0.0)             # [BLOCK_M, D]
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -125,12 +131,12 @@ def _flash_fwd_kernel(
     else:
         key_stop = N_K
         full_stop = (N_K // BLOCK_N) * BLOCK_N
-    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                   0, full_stop, offs_m, offs_n, N_K, qk_scale,
-                                  MASKED=False, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N)
-    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+                                  MASKED=False, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, TMA=TMA, WARP_SPEC=WARP_SPEC)
+    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_vn,
                                   full_stop, key_stop, offs_m, offs_n, N_K, qk_scale,
-                                  MASKED=True, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N)
+                                  MASKED=True, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, TMA=TMA, WARP_SPEC=False)
 
     # l_i == 0 only in rows that saw no valid key (N_K == 0): write out = 0, lse = -inf.
     # A NaN in q or k makes l_i NaN, which is not == 0, so NaN reaches out and lse
@@ -141,6 +147,50 @@ def _flash_fwd_kernel(
     o_ptrs = O + batch * stride_ob + head * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :]
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=offs_m[:, None] < N_Q)
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+
+
+# BH (batch x heads) only bounds the persistent loop: specialising on it (a constant 1, or
+# divisible by 16) would give the tuner's ragged gate shapes another binary than the timed one.
+UNSPECIALISED = ("BH",)
+
+
+@triton.jit(do_not_specialize=list(UNSPECIALISED))
+def _flash_fwd_kernel(
+    Q, K, V, O, LSE,
+    stride_qb, stride_qh, stride_qm,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_om,
+    H, BH, N_Q, N_K, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    TMA: tl.constexpr = False, WARP_SPEC: tl.constexpr = False, PERSISTENT: tl.constexpr = 0,
+):
+    # Causal query tiles near the end of the sequence do the most work; they go first,
+    # so the last wave of programs is short.
+    if PERSISTENT > 0:
+        # PERSISTENT programs per SM walk the tiles. Non-causal: tile_m fastest, so programs
+        # running together share a head's keys in L2. Causal: the heaviest row of tiles
+        # first across all heads, then the next lighter one.
+        tiles_m = tl.cdiv(N_Q, BLOCK_M)
+        for tile in tl.range(tl.program_id(0), tiles_m * BH, tl.num_programs(0)):
+            if CAUSAL:
+                tile_m = tiles_m - 1 - tile // BH
+                pid_bh = tile % BH
+            else:
+                tile_m = tile % tiles_m
+                pid_bh = tile // tiles_m
+            _attend_query_tile(Q, K, V, O, LSE, tile_m, pid_bh,
+                               stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                               stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+                               H, N_Q, N_K, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, TMA, WARP_SPEC)
+    else:
+        tile_m = tl.program_id(0)
+        if CAUSAL:
+            tile_m = tl.num_programs(0) - 1 - tile_m
+        _attend_query_tile(Q, K, V, O, LSE, tile_m, tl.program_id(1),
+                           stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                           stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+                           H, N_Q, N_K, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, TMA, WARP_SPEC)
 
 
 # ------------------------------------------- the kernel's arguments, shared with the tuner
@@ -186,9 +236,17 @@ def kernel_arguments(pointers: Sequence[Any], shape: LaunchShape, causal: bool) 
         ("stride_kb", shape.k_strides[0]), ("stride_kh", shape.k_strides[1]), ("stride_kn", shape.k_strides[2]),
         ("stride_vb", shape.v_strides[0]), ("stride_vh", shape.v_strides[1]), ("stride_vn", shape.v_strides[2]),
         ("stride_ob", shape.o_strides[0]), ("stride_oh", shape.o_strides[1]), ("stride_om", shape.o_strides[2]),
-        ("H", shape.heads), ("N_Q", shape.n_q), ("N_K", shape.n_k), ("qk_scale", scale * LOG2E),
+        ("H", shape.heads), ("BH", shape.batch * shape.heads), ("N_Q", shape.n_q), ("N_K", shape.n_k),
+        ("qk_scale", scale * LOG2E),
     ]
 
+
+# The knobs that are constexprs of the kernel, in signature order after CAUSAL, with their defaults.
+KNOB_CONSTEXPRS = (("TMA", False), ("WARP_SPEC", False), ("PERSISTENT", 0))
+
+# The knobs after (block_m, block_n, num_warps, num_stages) and their defaults, as the launcher takes them:
+# tma, warp_specialize, maxnreg, persistent (programs per SM, 0 for a program per tile).
+KNOB_DEFAULTS = (None, None, None, None, False, False, None, 0)
 
 # The kernel arguments whose change makes @triton.autotune tune again (it adds dtypes itself).
 AUTOTUNE_KEY = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
@@ -238,14 +296,38 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         raise ValueError(f"head dim {q.shape[-1]} is not supported; use one of {HEAD_DIMS}")
 
 
-def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int) -> None:
+def _is_count(value, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int, tma: bool = False,
+                  warp_specialize: bool = False, maxnreg: int | None = None, persistent: int = 0) -> None:
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         if not _is_pow2(value) or value < 16:
             raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
     if not _is_pow2(num_warps) or num_warps > 32:
         raise ValueError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
-    if not isinstance(num_stages, int) or isinstance(num_stages, bool) or num_stages < 1:
+    if not _is_count(num_stages, 1):
         raise ValueError(f"num_stages={num_stages!r} must be an integer >= 1")
+    for name, value in (("tma", tma), ("warp_specialize", warp_specialize)):
+        if value is not True and value is not False:
+            raise TypeError(f"{name} must be True or False; got {value!r}")
+    if maxnreg is not None and not (_is_count(maxnreg, 24) and maxnreg <= 255 and maxnreg % 8 == 0):
+        raise ValueError(f"maxnreg={maxnreg!r} must be None or a multiple of 8 from 24 to 255 (registers per thread)")
+    if not _is_count(persistent, 0):
+        raise ValueError(f"persistent={persistent!r} must be 0 (a program per tile) or the programs per SM (1, 2, ...)")
+
+
+def _check_tma_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """TMA reads each head's [N_k, D] keys through a descriptor: the head's first byte and
+    every row stride must be multiples of 16 bytes."""
+    element = k.element_size()
+    for name, t in (("k", k), ("v", v)):
+        head_strides = [t.stride(i) for i in range(t.ndim - 2)]
+        if t.data_ptr() % 16 or any(s * element % 16 for s in head_strides + [t.stride(-2)]):
+            raise ValueError(f"tma=True needs {name}'s start and its batch, head and row strides in multiples of "
+                             f"16 bytes; got strides {tuple(t.stride())} of {element}-byte elements at "
+                             f"address % 16 = {t.data_ptr() % 16}; use tma=False or a contiguous copy")
 
 
 def _check_output(given: torch.Tensor, name: str, shape, dtype, device) -> None:
@@ -344,7 +426,7 @@ class LaunchPlan:
             interpreter, where every call goes through the JIT.
     """
 
-    def __init__(self, kernel, launch: dict, q, k, v, causal: bool, out, lse):
+    def __init__(self, kernel, launch: dict, q, k, v, causal: bool, out, lse, programs_per_sm: int = 0):
         batch, heads = q.shape[0], 1 if q.ndim == 3 else q.shape[1]
         n_q, n_k, head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
         self.kernel, self.launch, self.causal = kernel, launch, causal
@@ -356,11 +438,19 @@ class LaunchPlan:
         o_strides = out.stride() if out is not None else _contiguous_strides(q.shape)
         self.shape = LaunchShape(batch, heads, n_q, n_k, head_dim, *(_row_strides(q.shape, s) for s in strides),
                                  _row_strides(q.shape, o_strides))
+        self._sms = _sm_count(q.device)
         block_m = launch.get("BLOCK_M")
-        self.grid = None if batch * heads * n_q == 0 else (triton.cdiv(n_q, block_m) if block_m else None,
-                                                           batch * heads)
+        self.grid = None if batch * heads * n_q == 0 else (
+            self._grid(block_m, launch.get("PERSISTENT", 0)) if block_m else (None, batch * heads))
         self.compiled = self._run = None
         self._device_index = q.device.index
+
+    def _grid(self, block_m: int, persistent: int) -> tuple[int, int]:
+        """A program per (query tile, batch x head), or ``persistent`` programs per SM."""
+        tiles, heads = triton.cdiv(self.shape.n_q, block_m), self.shape.batch * self.shape.heads
+        if persistent:
+            return min(persistent * self._sms, tiles * heads), 1
+        return tiles, heads
 
     def __call__(self, q, k, v, out=None, lse=None):
         if self.copy_inputs:
@@ -383,8 +473,7 @@ class LaunchPlan:
     def _launch_jit(self, q, k, v, out, lse) -> None:
         """Launch through the JIT (or an autotuner over it), then keep its compiled kernel."""
         args = [value for _, value in kernel_arguments((q, k, v, out, lse), self.shape, self.causal)]
-        n_q, tiles = self.shape.n_q, self.grid[1]
-        compiled = self.kernel[lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), tiles)](
+        compiled = self.kernel[lambda meta: self._grid(meta["BLOCK_M"], meta.get("PERSISTENT", 0))](
             *args, HEAD_DIM=self.shape.head_dim, CAUSAL=self.causal, **self.launch, **COMPILE_OPTIONS)
         if self.compiled is None and not interpreting() and getattr(compiled, "function", None) is not None:
             self._adopt(compiled, args)
@@ -399,10 +488,23 @@ class LaunchPlan:
         # two scratch buffers (none here); both take the packed metadata, launch metadata and the hooks.
         flags = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None) if direct else ()
         self._head = (compiled.function, *flags, compiled.packed_metadata, None, None, None)
-        self.grid = (triton.cdiv(self.shape.n_q, chosen["BLOCK_M"]), self.grid[1])
+        knobs = tuple(chosen.get(name, default) for name, default in KNOB_CONSTEXPRS)
+        self.grid = self._grid(chosen["BLOCK_M"], knobs[-1])
         # The launcher takes every argument, constexprs included, in signature order.
-        self._scalars = tuple(args[5:]) + (self.shape.head_dim, chosen["BLOCK_M"], chosen["BLOCK_N"], self.causal)
+        self._scalars = (tuple(args[5:]) + (self.shape.head_dim, chosen["BLOCK_M"], chosen["BLOCK_N"], self.causal)
+                         + knobs)
         self.compiled, self._run = compiled, launcher.launch if direct else launcher
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4          # the interpreter: a few programs, so the persistent loop runs several tiles each
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global scratch for device-side tensor descriptors (Triton asks for it per launch)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 _PLANS: dict[tuple, LaunchPlan] = {}
@@ -423,13 +525,20 @@ def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse) -> La
     _check_inputs(q, k, v, causal)
     launch = {}
     if config is not None:
-        if None in config:  # only untuned calls ask the device for defaults
+        if None in config[:4]:  # only untuned calls ask the device for defaults
             defaults = default_config(q.shape[-1], causal)
             names = ("block_m", "block_n", "num_warps", "num_stages")
-            config = tuple(defaults[name] if given is None else given for name, given in zip(names, config))
-        block_m, block_n, num_warps, num_stages = config
-        _check_config(block_m, block_n, num_warps, num_stages)
-        launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages)
+            config = tuple(defaults[name] if given is None else given for name, given in zip(names, config)) + config[4:]
+        block_m, block_n, num_warps, num_stages, tma, warp_specialize, maxnreg, persistent = config
+        _check_config(*config)
+        if tma:
+            _check_tma_layout(q, k, v)
+            if not interpreting():
+                triton.set_allocator(_scratch)
+        launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
+                      TMA=tma, WARP_SPEC=warp_specialize, PERSISTENT=persistent)
+        if maxnreg is not None:
+            launch["maxnreg"] = maxnreg
     if out is not None:
         _check_output(out, "out", q.shape, q.dtype, q.device)
         if out.stride(-1) != 1:
@@ -442,7 +551,13 @@ def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse) -> La
 
 
 def plan_for(kernel, config: tuple | None, q, k, v, causal=False, out=None, lse=None) -> LaunchPlan:
-    """The cached plan for this call, made (and every input checked) on first sight."""
+    """The cached plan for this call, made (and every input checked) on first sight.
+
+    ``config`` is (block_m, block_n, num_warps, num_stages[, tma, warp_specialize, maxnreg,
+    persistent]); missing knobs take their defaults. None: an autotuner picks.
+    """
+    if config is not None and len(config) < len(KNOB_DEFAULTS):
+        config = tuple(config) + KNOB_DEFAULTS[len(config):]
     try:
         key = _plan_key(kernel, q, k, v, causal, config, out, lse)
         plan = _PLANS.get(key)
@@ -459,7 +574,8 @@ def plan_for(kernel, config: tuple | None, q, k, v, causal=False, out=None, lse=
 
 def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,
                    block_m: int | None = None, block_n: int | None = None,
-                   num_warps: int | None = None, num_stages: int | None = None,
+                   num_warps: int | None = None, num_stages: int | None = None, tma: bool = False,
+                   warp_specialize: bool = False, maxnreg: int | None = None, persistent: int = 0,
                    out: torch.Tensor | None = None, lse: torch.Tensor | None = None):
     """FlashAttention-2 forward.
 
@@ -471,6 +587,14 @@ def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         block_m, block_n: query and key tile sizes, powers of two >= 16.
         num_warps, num_stages: Triton launch options. Unset values come from
             :func:`default_config`.
+        tma: load keys and values through device-side TMA tensor descriptors (one per
+            head, so ragged lengths stay in bounds); sm_90 and later, elsewhere Triton
+            falls back to plain loads. Needs 16-byte aligned heads and row strides.
+        warp_specialize: let the compiler split the unmasked key loop into producer and
+            consumer warps (``tl.range(..., warp_specialize=True)``); Hopper and later.
+        maxnreg: cap on registers per thread, or None for the compiler's choice.
+        persistent: 0 for a program per query tile, else this many programs per SM,
+            each looping over tiles (causal: the heaviest tiles first).
         out, lse: optional preallocated outputs (shapes as returned); tests fill
             them with NaN so that an element the kernel never writes shows up.
 
@@ -481,5 +605,6 @@ def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     Raises:
         TypeError, ValueError: a bad input or config; the message names it.
     """
-    plan = plan_for(_flash_fwd_kernel, (block_m, block_n, num_warps, num_stages), q, k, v, causal, out, lse)
+    config = (block_m, block_n, num_warps, num_stages, tma, warp_specialize, maxnreg, persistent)
+    plan = plan_for(_flash_fwd_kernel, config, q, k, v, causal, out, lse)
     return plan(q, k, v, out, lse)

@@ -25,10 +25,17 @@ stage() {
     env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv
          python3 -c "import torch, triton, optuna, sqlalchemy, plotly; print('torch', torch.__version__, 'triton', triton.__version__, 'optuna', optuna.__version__, 'sqlalchemy', sqlalchemy.__version__, 'plotly', plotly.__version__)";;
     gputests) timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -s tests/test_kernel.py tests/test_timing.py \
-                tests/test_sweep.py tests/test_emit.py tests/test_budget.py tests/test_profile.py tests/test_backward.py \
+                tests/test_sweep.py tests/test_emit.py tests/test_budget.py tests/test_profile.py tests/test_backward.py tests/test_knobs.py \
                 -k "not verdicts_hold" \
                 > "$W/gputests.log" 2>&1
               grep -E "passed|failed|error|graph .* do_bench|host µs|ncu " "$W/gputests.log" | tail -12;;
+    knobtests) timeout 500 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_knobs.py \
+                 > "$W/knobtests.log" 2>&1; tail -5 "$W/knobtests.log";;
+    knobs) python3 -m kernel.bench_knobs --json "$W/knobs.json" --markdown "$W/knobs.md" > "$W/knobs.log" 2>&1
+           echo "bench_knobs rc=$?"; grep -A16 "^Finalists" "$W/knobs.log";;
+    knobgrid) /usr/bin/time -f "knobgrid wall %e s" python3 -m tuner.sweep --study hopper_knobs --gpu sm_90 \
+                --sampler grid --storage "sqlite:///$W/knobs.db" --out "$W/knobgrid" --no-outputs > "$W/knobgrid.log" 2>&1
+              echo "knobgrid rc=$?"; grep -vE "^\[|^compiling" "$W/knobgrid.log" | tail -30;;
     host) python3 -m tuner.bench_timing host --markdown "$W/host.md" 2>&1 | tail -12;;
     bench) python3 -m kernel.bench --head-dim 64 --head-dim 128 --n 512 --n 4096 --markdown "$W/bench.md" \
              --json "$W/bench.json" 2>&1 | grep -v "^|" ;;

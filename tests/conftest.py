@@ -33,6 +33,8 @@ block_m = [16, 32]
 block_n = [16, 32]
 num_warps = [1]
 num_stages = [1, 2]
+tma = [false]
+persistent = [0]
 restrictions = ["block_m >= block_n"]
 [timing]
 warmup_ms = 1

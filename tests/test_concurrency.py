@@ -43,6 +43,8 @@ block_m = [16, 32, 64]
 block_n = [16, 32]
 num_warps = [1, 2]
 num_stages = [1]
+tma = [false]
+persistent = [0]
 [timing]
 warmup_ms = 1
 rep_ms = 1
@@ -187,7 +189,8 @@ def test_a_config_asked_twice_at_once_is_timed_once(crowd, tmp_path):
 
     url = f"sqlite:///{tmp_path / 'twice.db'}"
     study = optuna.create_study(study_name="crowd@sm_89-interpreter", storage=url, direction="maximize")
-    twin = {"block_m": 32, "block_n": 32, "num_warps": 1, "num_stages": 1}
+    twin = {"block_m": 32, "block_n": 32, "num_warps": 1, "num_stages": 1, "tma": False, "warp_specialize": False,
+            "maxnreg": 0, "persistent": 0}
     study.enqueue_trial(twin)
     study.enqueue_trial(twin)        # both are asked first, and go to the two workers together
     assert sweep.main(["--gpu", "sm_89", "--study", str(crowd), "--storage", url, "--no-outputs", "--device", "cpu",

@@ -252,8 +252,15 @@ def test_three_d_inputs_use_one_head(device, fresh_inputs, assert_matches_refere
         assert_matches_reference(out, lse, q, k, v, True, seed, label="3-D")
 
 
+# (config, the grid on a CPU plan (4 "SMs", 2 query tiles x 6 heads), the knob constexprs)
+LAUNCH_CASES = [((32, 16, 4, 2), (2, 6), (False, False, 0)),
+                ((32, 16, 4, 2, True, True, 128, 2), (8, 1), (True, True, 2)),
+                ((32, 16, 4, 2, False, False, None, 1), (4, 1), (False, False, 1))]
+
+
+@pytest.mark.parametrize("config, grid, knobs", LAUNCH_CASES, ids=["plain", "tma-ws-r128-p2", "p1"])
 @pytest.mark.parametrize("direct", [True, False])
-def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, device, monkeypatch):
+def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, config, grid, knobs, device, monkeypatch):
     """The direct path as Triton's own launch would make it: grid, stream, function, (the C entry
     point's cooperative and PDL flags and scratch buffers), packed metadata, no launch metadata or
     hooks, then every kernel argument with the constexprs. CI has no GPU, so a fake launcher records."""
@@ -278,15 +285,16 @@ def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, device, 
     monkeypatch.setattr(ff, "_current_stream", lambda index: "STREAM")
     q = torch.randn(2, 3, 40, 16, device=device)
     out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device=device)
-    plan = _plan(q, q, q, True, (32, 16, 4, 2), out, lse)
+    monkeypatch.setattr(ff, "_sm_count", lambda device: 4)
+    plan = _plan(q, q, q, True, config, out, lse)
     args = [value for _, value in kernel.kernel_arguments((q, q, q, out, lse), plan.shape, True)]
     plan._adopt(Compiled(), args)
     plan(q, q, q, out, lse)
     flags = (0, 1, None, None) if direct else ()
-    head = (2, 6, 1, "STREAM", "FUNCTION", *flags, "PACKED", None, None, None)
+    head = (*grid, 1, "STREAM", "FUNCTION", *flags, "PACKED", None, None, None)
     assert calls[0][0] == ("entry" if direct else "wrapper")
     assert calls[0][1][:len(head)] == head
-    assert calls[0][1][len(head):] == (*args, 16, 32, 16, True)
+    assert calls[0][1][len(head):] == (*args, 16, 32, 16, True, *knobs)
 
 
 # ------------------------------------------------------------------------------- GPU only

@@ -15,11 +15,18 @@ from tuner.study import load
 def test_tpe_encoding_is_ordinal_and_decodes_to_configs():
     space = load("article").space
     dists = search.distributions(space, "tpe")
-    assert {type(d).__name__ for d in dists.values()} == {"IntDistribution"}
+    tiles = ("log2_block_m", "log2_block_n", "log2_num_warps", "stages")
+    assert {type(dists[name]).__name__ for name in tiles} == {"IntDistribution"}
     assert (dists["log2_block_m"].low, dists["log2_block_m"].high) == (4, 8)
+    # the knobs: unordered choices, each over the study's values
+    assert {name: dists[name].choices for name in search.KNOBS} == {
+        "tma": (False, True), "warp_specialize": (False,), "maxnreg": (0,), "persistent": (0, 2)}
     config = search.config_of({"log2_block_m": 8, "log2_block_n": 6, "log2_num_warps": 4, "stages": 3})
-    assert config == Config(256, 64, 16, 3)
+    assert config == Config(256, 64, 16, 3)      # a trial stored before the knobs: all off
     assert search.config_of({"block_m": 256, "block_n": 64, "num_warps": 16, "num_stages": 3}) == config
+    knobbed = search.config_of({"log2_block_m": 7, "log2_block_n": 7, "log2_num_warps": 3, "stages": 3, "tma": True,
+                                "warp_specialize": False, "maxnreg": 168, "persistent": 2})
+    assert knobbed == Config(128, 128, 8, 3, tma=True, maxnreg=168, persistent=2)
 
 
 def test_orphans_are_found_only_for_dead_processes(tmp_path):
@@ -58,7 +65,8 @@ def test_the_lowest_running_trial_of_a_config_leads_and_the_others_wait(tmp_path
     space = load("article").space
     url = f"sqlite:///{tmp_path / 'l.db'}"
     session = search.SearchSession(url, "lead", "grid", space, 0, None, {})
-    twin = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3}
+    twin = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3, "tma": False, "warp_specialize": False,
+            "maxnreg": 0, "persistent": 0}
     session.study.enqueue_trial(twin)
     session.study.enqueue_trial(twin)
     (first, config), (second, again) = session.ask(), session.ask()

@@ -37,8 +37,23 @@ def test_article_study_is_the_article_table():
     assert {(s.n_q, s.causal) for s in study.shapes} == {(n, c) for n in (512, 1024, 2048, 4096)
                                                          for c in (False, True)}
     assert {(s.batch, s.heads, s.head_dim, s.dtype) for s in study.shapes} == {(4, 8, 64, "bf16")}
-    assert len(study.space.all_configs()) == 750
+    # 750 tile configs of the plain kernel, each also with TMA, a persistent grid, or both
+    assert len(study.space.all_configs()) == 3000
+    assert sum(c.plain for c in study.space.all_configs()) == 750
     assert len(study.variants()) == 2     # one binary per causal flag for all four lengths
+
+
+def test_a_plain_study_keeps_its_fingerprint_from_before_the_knobs():
+    """Stored studies of the plain kernel must stay usable: the knob axes left plain are not
+    part of the fingerprint (this one is the article study's before the knobs existed)."""
+    from dataclasses import replace
+
+    from tuner.space import SearchSpace
+
+    study = load("article")
+    plain = replace(study, space=SearchSpace.plain())
+    assert plain.fingerprint == "2247fdf397f796df"
+    assert study.fingerprint != plain.fingerprint
 
 
 @pytest.mark.parametrize("body, expected", [

@@ -253,6 +253,8 @@ def test_small_sweep_on_the_gpu(tmp_path, capsys, query):
         block_n = [32, 64]
         num_warps = [4, 8]
         num_stages = [2, 3]
+        tma = [false]
+        persistent = [0]
     """))
     db = tmp_path / "g.db"
     args = ["--gpu", "auto", "--study", str(study), "--storage", f"sqlite:///{db}", "--sampler", "grid",

@@ -190,7 +190,7 @@ def tpe(tpe_url: str, grid_url: str, study_name: str, target_name: str, grid_tar
 def budget_config(row):
     from tuner.space import Config
 
-    return Config(row.block_m, row.block_n, row.num_warps, row.num_stages)
+    return Config.parse(row.config)
 
 
 def _median(values: list[float]) -> float:

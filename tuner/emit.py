@@ -141,10 +141,24 @@ def render(entries: list[Entry], study: str, target: GpuSpec, gpu: str, rows: li
         smem = next((r.smem_bytes for r in entry.rows if r.smem_bytes), None)
         limit = next((r.smem_limit_bytes for r in entry.rows if r.smem_limit_bytes), target.smem_per_block_optin)
         lines += [f"    # {note}" for note in entry.notes]
-        lines.append(f'    triton.Config({{"BLOCK_M": {c.block_m}, "BLOCK_N": {c.block_n}}}, num_warps={c.num_warps}, '
-                     f"num_stages={c.num_stages}),  # smem {smem} B of {limit} B on {target.name}")
+        lines.append(f"    {triton_config(c)},  # smem {smem} B of {limit} B on {target.name}")
     lines += ["]", ""]
     return "\n".join(lines)
+
+
+def triton_config(config: Config) -> str:
+    """``config`` as the ``triton.Config(...)`` source of an autotune list: tiles and the knob
+    constexprs set (TMA, WARP_SPEC, PERSISTENT) as kwargs, the launch options and maxnreg after."""
+    kwargs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n}
+    if config.tma:
+        kwargs["TMA"] = True
+    if config.warp_specialize:
+        kwargs["WARP_SPEC"] = True
+    if config.persistent:
+        kwargs["PERSISTENT"] = config.persistent
+    text = ", ".join(f'"{name}": {value}' for name, value in kwargs.items())
+    cap = f", maxnreg={config.maxnreg}" if config.maxnreg else ""
+    return f"triton.Config({{{text}}}, num_warps={config.num_warps}, num_stages={config.num_stages}{cap})"
 
 
 def emit(db: Store, study: Study, target: GpuSpec, gpu_used: str | None = None, top: int = 3,

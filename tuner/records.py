@@ -41,6 +41,13 @@ class RunContext:
     device: dict = field(default_factory=dict)     # device_index, device_name, device_uuid, host of the worker
 
 
+def config_columns(config: Config) -> dict:
+    """The result table's config columns: its key, tiles, launch options and knobs."""
+    return dict(config=config.key, block_m=config.block_m, block_n=config.block_n, num_warps=config.num_warps,
+                num_stages=config.num_stages, tma=config.tma, warp_specialize=config.warp_specialize,
+                maxnreg=config.maxnreg, persistent=config.persistent)
+
+
 def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, reason: str, fields: dict,
                 outcome: TrialOutcome | None = None, trial_number: int | None = None) -> list[Result]:
     """One row per study shape for a config, with every stage's fields."""
@@ -55,9 +62,8 @@ def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, r
             run_id=ctx.run_id, optuna_trial=trial_number, study=ctx.study.name, target=ctx.target.name,
             gpu=ctx.gpu_label, torch_version=ctx.env["torch"], triton_version=ctx.env["triton"],
             driver=ctx.env["driver"], shape=shape.label, batch=shape.batch, heads=shape.heads, n_q=shape.n_q,
-            n_k=shape.n_k, head_dim=shape.head_dim, dtype=shape.dtype, causal=shape.causal, config=config.key,
-            block_m=config.block_m, block_n=config.block_n, num_warps=config.num_warps,
-            num_stages=config.num_stages, status=str(status), stage=str(stage), reason=reason,
+            n_k=shape.n_k, head_dim=shape.head_dim, dtype=shape.dtype, causal=shape.causal,
+            **config_columns(config), status=str(status), stage=str(stage), reason=reason,
             err_out=measured.err_out if measured else None, err_lse=measured.err_lse if measured else None,
             err_bound=measured.bound_out if measured else None, lse_bound=measured.bound_lse if measured else None,
             ragged_err_out=measured.gate_err_out if measured else None,
@@ -77,8 +83,7 @@ def copied_rows(rows: list[Result], config: Config, run_id: int, reason: str, tr
     for row in rows:
         values = {c.name: getattr(row, c.name) for c in Result.__table__.columns if c.name != "id"}
         values.update(fields)
-        values.update(config=config.key, block_m=config.block_m, block_n=config.block_n,
-                      num_warps=config.num_warps, num_stages=config.num_stages, run_id=run_id,
+        values.update(**config_columns(config), run_id=run_id,
                       optuna_trial=trial_number, reason=reason, created_at=now(), check_s=0.0, time_s=0.0)
         copies.append(Result(**values))
     return copies

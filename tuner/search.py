@@ -22,13 +22,14 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from tuner.space import Config, SearchSpace
+from tuner.space import AXES, KNOBS, Config, SearchSpace
 from tuner.store import mentions, retrying
 
 SAMPLERS = ("tpe", "grid", "random")
 OWNER_ATTR = "owner"              # "host:pid" of the sweep that asked the trial
 REJECTED_CONSTRAINT = "rejected"  # 1.0 when the config was rejected: TPE models it as infeasible, not slow
-PARAMS = ("block_m", "block_n", "num_warps", "num_stages")
+PARAMS = AXES                     # the tile axes, then the knobs
+TILE_PARAMS = 4                   # a trial with fewer parameters was never fully asked (older trials lack knobs)
 # Heartbeats (seconds): every sweep records one per held trial at this interval; another
 # sweep fails a trial whose heartbeat is older than the grace period and Optuna re-queues
 # its config, so a host that dies mid-trial loses nothing. FA2_TUNER_HEARTBEAT="1,3,1" for tests.
@@ -46,8 +47,10 @@ ORDINAL = {"log2_block_m": "block_m", "log2_block_n": "block_n", "log2_num_warps
 
 
 def distributions(space: SearchSpace, sampler: str = "grid") -> dict:
-    """The parameters Optuna samples: ordinal exponents for ``tpe``, categoricals otherwise
-    (the grid's axes). Both decode with :func:`config_of`."""
+    """The parameters Optuna samples: ordinal exponents of the tiles for ``tpe``,
+    categoricals otherwise (the grid's axes); the knobs are categoricals in both (a few
+    unordered choices each, learnt jointly with the tiles by TPE's multivariate model).
+    Both decode with :func:`config_of`."""
     if sampler == "tpe":
         out = {}
         for name, field in ORDINAL.items():
@@ -59,7 +62,7 @@ def distributions(space: SearchSpace, sampler: str = "grid") -> dict:
                 out[name] = IntDistribution(min(exponents), max(exponents))
             else:
                 out[name] = IntDistribution(min(values), max(values))
-        return out
+        return out | {name: CategoricalDistribution(list(getattr(space, name))) for name in KNOBS}
     return {name: CategoricalDistribution(list(getattr(space, name))) for name in PARAMS}
 
 
@@ -96,11 +99,14 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None = None) -> optu
 
 
 def config_of(params: dict) -> Config:
-    """The config a trial's parameters stand for, in either encoding."""
+    """The config a trial's parameters stand for, in either encoding. A knob missing from
+    the parameters (a trial stored before the knobs existed) is off."""
+    knobs = dict(tma=bool(params.get("tma", False)), warp_specialize=bool(params.get("warp_specialize", False)),
+                 maxnreg=int(params.get("maxnreg", 0)), persistent=int(params.get("persistent", 0)))
     if "log2_block_m" in params:
         return Config(2 ** int(params["log2_block_m"]), 2 ** int(params["log2_block_n"]),
-                      2 ** int(params["log2_num_warps"]), int(params["stages"]))
-    return Config(*(int(params[name]) for name in PARAMS))
+                      2 ** int(params["log2_num_warps"]), int(params["stages"]), **knobs)
+    return Config(*(int(params[name]) for name in PARAMS[:4]), **knobs)
 
 
 def owner() -> str:
@@ -139,7 +145,7 @@ def orphaned_trials(study: optuna.Study) -> tuple[list[Orphan], int]:
     """
     orphans, foreign = [], 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if owner_dead(trial) and len(trial.params) == len(PARAMS):
+        if owner_dead(trial) and len(trial.params) >= TILE_PARAMS:
             orphans.append(Orphan(trial.number, config_of(trial.params)))
         else:
             foreign += 1
@@ -333,7 +339,7 @@ class SearchSession:
         """The lowest-numbered other RUNNING trial of the same config, if it comes before
         ``number``: that trial times the config, and this one waits for its rows."""
         running = [t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                   if t.number < number and len(t.params) == len(PARAMS) and config_of(t.params) == config]
+                   if t.number < number and len(t.params) >= TILE_PARAMS and config_of(t.params) == config]
         return min(running) if running else None
 
     def alive(self, number: int) -> bool:

@@ -15,7 +15,8 @@ A study is a TOML file in ``studies/``::
 
     [space]                   # optional; each key defaults to the full default space
     block_m = [16, 32, 64, 128, 256]
-    restrictions = ["block_m >= block_n"]   # over block_m, block_n, num_warps, num_stages, head_dim
+    tma = [false, true]       # knobs: tma, warp_specialize, maxnreg (0: none), persistent (programs per SM)
+    restrictions = ["block_m >= block_n"]   # over the axes above and head_dim
 
     [objective]               # optional
     metric = "speedup_vs_flash"  # or speedup_vs_cudnn, tflops; geometric mean over shapes
@@ -44,7 +45,7 @@ from pathlib import Path
 
 from tuner.budget import specialisation
 from tuner.problem import DTYPE_BYTES, HEAD_DIMS, Problem
-from tuner.space import DEFAULT_SPACE, Config, SearchSpace
+from tuner.space import ALLOWED_VALUES, DEFAULT_SPACE, KNOBS, PLAIN_KNOBS, Config, SearchSpace
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,7 +54,7 @@ else:  # pragma: no cover
 
 METRICS = ("speedup_vs_flash", "speedup_vs_cudnn", "tflops")
 PROBLEM_FIELDS = ("batch", "heads", "n", "n_q", "n_k", "head_dim", "dtype", "causal")
-RESTRICTION_NAMES = ("block_m", "block_n", "num_warps", "num_stages", "head_dim")
+RESTRICTION_NAMES = ("block_m", "block_n", "num_warps", "num_stages", "head_dim") + KNOBS
 TOP_FIELDS = ("name", "description", "problem", "space", "objective", "timing")
 
 
@@ -96,7 +97,9 @@ class Study:
     def allowed(self, config: Config, head_dim: int) -> bool:
         """Whether the study's own restrictions keep this config."""
         names = dict(block_m=config.block_m, block_n=config.block_n, num_warps=config.num_warps,
-                     num_stages=config.num_stages, head_dim=head_dim)
+                     num_stages=config.num_stages, head_dim=head_dim, tma=int(config.tma),
+                     warp_specialize=int(config.warp_specialize), maxnreg=config.maxnreg,
+                     persistent=config.persistent)
         return all(_evaluate(text, names) for text in self.restrictions)
 
     def configs(self) -> list[Config]:
@@ -107,8 +110,12 @@ class Study:
     @property
     def fingerprint(self) -> str:
         """A hash of what the study measures (shapes, space, restrictions, metric, timing),
-        not of its file: comments and the description may change, the definition may not."""
-        definition = dict(name=self.name, shapes=[asdict(s) for s in self.shapes], space=asdict(self.space),
+        not of its file: comments and the description may change, the definition may not.
+        Knob axes left plain are not part of it, so a study of the plain kernel keeps the
+        fingerprint it had before the knobs existed."""
+        space = {name: values for name, values in asdict(self.space).items()
+                 if name not in PLAIN_KNOBS or tuple(values) != PLAIN_KNOBS[name]}
+        definition = dict(name=self.name, shapes=[asdict(s) for s in self.shapes], space=space,
                           restrictions=list(self.restrictions), metric=self.metric, timing=asdict(self.timing))
         return hashlib.sha256(json.dumps(definition, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -257,11 +264,12 @@ def _space(table, where: str) -> tuple[SearchSpace, tuple[str, ...]]:
         chosen = table.get(key, list(default))
         if not isinstance(chosen, list) or not chosen:
             raise StudyError(f"{where}: [space] {key} must be a non-empty list, e.g. {list(default)}")
-        allowed = set(default) if key != "num_stages" else set(range(1, 9))
+        allowed = ALLOWED_VALUES[key]
         for value in chosen:
-            if value not in allowed or isinstance(value, bool):
+            if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
+                shown = "true, false" if isinstance(allowed[0], bool) else _ranges(allowed)
                 raise StudyError(f"{where}: [space] {key} value {value!r} is not allowed; use values from "
-                                 f"{sorted(allowed)}")
+                                 f"{shown}")
         values[key] = tuple(sorted(set(chosen)))
     restrictions = table.get("restrictions", [])
     if not isinstance(restrictions, list) or not all(isinstance(r, str) for r in restrictions):
@@ -269,6 +277,14 @@ def _space(table, where: str) -> tuple[SearchSpace, tuple[str, ...]]:
     for text in restrictions:
         _parse_restriction(text, where)
     return SearchSpace(**values), tuple(restrictions)
+
+
+def _ranges(values) -> str:
+    """``[0, 24, 32, ..., 248]`` for long runs of allowed values, else the list."""
+    values = sorted(values)
+    if len(values) <= 10:
+        return str(values)
+    return f"[{values[0]}, {values[1]}, {values[2]}, ..., {values[-1]}]"
 
 
 # ---------------------------------------------------------------------- restrictions

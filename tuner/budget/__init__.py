@@ -18,11 +18,12 @@ from tuner.budget._compile import (
     read_resource_usage,
     specialisation,
 )
-from tuner.budget._model import model_smem_bytes, uses_wgmma
+from tuner.budget._knobs import TritonFeatures, knob_restriction, triton_features
+from tuner.budget._model import TMA_BARRIERS, model_smem_bytes, uses_wgmma
 from tuner.budget._verdict import BudgetResult, check, check_many, smem_limit, verdict
 
 __all__ = [
-    "BudgetResult", "CompileInfo", "CompilePool", "CompileTask", "cache_dir", "check", "check_many", "compile_config",
-    "compile_many", "compile_source", "compile_tasks", "model_smem_bytes", "read_resource_usage", "smem_limit",
-    "specialisation", "uses_wgmma", "verdict",
+    "TMA_BARRIERS", "BudgetResult", "CompileInfo", "CompilePool", "CompileTask", "TritonFeatures", "cache_dir", "check", "check_many",
+    "compile_config", "compile_many", "compile_source", "compile_tasks", "knob_restriction", "model_smem_bytes",
+    "read_resource_usage", "smem_limit", "specialisation", "triton_features", "uses_wgmma", "verdict",
 ]

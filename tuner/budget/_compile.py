@@ -63,7 +63,7 @@ def _int_type(value: int) -> str:
     return "i32" if -(2**31) <= value < 2**31 else "i64"
 
 
-def compile_source(problem: Problem, block_m: int, block_n: int):
+def compile_source(problem: Problem, block_m: int, block_n: int, config: Config | None = None):
     """The ``triton.compile`` inputs the JIT would build for a launch of ``problem``.
 
     Mirrors Triton's run-time specialisation (3.6 to 3.9): pointers 16-byte aligned
@@ -71,10 +71,13 @@ def compile_source(problem: Problem, block_m: int, block_n: int):
     integers equal to 1 become constexprs. Without the divisibility hints Triton does
     not pipeline the loads and shared memory no longer depends on ``num_stages``.
 
+    ``config``'s knobs (TMA, warp specialization, persistent grid) are constexprs too.
+
     Returns:
         ``(signature, constexprs, attrs)`` for ``triton.compiler.ASTSource``.
     """
     from kernel import DTYPES, LaunchShape, kernel_arguments
+    from kernel.flash_fwd import UNSPECIALISED
 
     shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
     pointers = ["*" + DTYPES[problem.torch_dtype]] * 4 + ["*fp32"]
@@ -88,6 +91,8 @@ def compile_source(problem: Problem, block_m: int, block_n: int):
             attrs[(index,)] = divisible
         elif isinstance(value, float):
             signature[name] = "fp32"
+        elif name in UNSPECIALISED:
+            signature[name] = _int_type(value)
         elif value == 1:
             signature[name] = "constexpr"
             constexprs[(index,)] = 1
@@ -98,10 +103,30 @@ def compile_source(problem: Problem, block_m: int, block_n: int):
     first_constexpr = len(signature)
     for offset, (name, value) in enumerate(
             [("HEAD_DIM", shape.head_dim), ("BLOCK_M", block_m), ("BLOCK_N", block_n),
-             ("CAUSAL", bool(problem.causal))]):
+             ("CAUSAL", bool(problem.causal))] + _knob_constexprs(config)):
         signature[name] = "constexpr"
         constexprs[(first_constexpr + offset,)] = value
     return signature, constexprs, attrs
+
+
+def _knob_constexprs(config: Config | None) -> list[tuple[str, Any]]:
+    """The kernel's knob constexprs for ``config`` (in signature order), as the launcher passes them."""
+    from kernel.flash_fwd import KNOB_CONSTEXPRS
+
+    if config is None:
+        return list(KNOB_CONSTEXPRS)
+    values = {"TMA": config.tma, "WARP_SPEC": config.warp_specialize, "PERSISTENT": config.persistent}
+    return [(name, values[name]) for name, _ in KNOB_CONSTEXPRS]
+
+
+def compile_options(config: Config) -> dict:
+    """``triton.compile`` options of a config: warps, stages, the register cap, and ours."""
+    from kernel import COMPILE_OPTIONS
+
+    options = dict(num_warps=config.num_warps, num_stages=config.num_stages, **COMPILE_OPTIONS)
+    if config.maxnreg:
+        options["maxnreg"] = config.maxnreg
+    return options
 
 
 def specialisation(problem: Problem) -> str:
@@ -145,9 +170,10 @@ def _cache_path(task: CompileTask) -> Path:
 
     from kernel import COMPILE_OPTIONS, flash_fwd
 
-    signature, constexprs, attrs = compile_source(task.problem, task.config.block_m, task.config.block_n)
+    signature, constexprs, attrs = compile_source(task.problem, task.config.block_m, task.config.block_n, task.config)
     # The device code alone: editing the launcher must not throw the cache away.
-    source = "".join(inspect.getsource(f.fn) for f in (flash_fwd._attend_tiles, flash_fwd._flash_fwd_kernel)).encode()
+    source = "".join(inspect.getsource(f.fn) for f in (flash_fwd._attend_tiles, flash_fwd._attend_query_tile,
+                                                        flash_fwd._flash_fwd_kernel)).encode()
     blob = repr((triton.__version__, task.capability, task.via_jit, task.config, signature, sorted(constexprs.items()),
                  sorted(attrs.items()), sorted(COMPILE_OPTIONS.items()))).encode() + source
     return cache_dir() / f"{hashlib.sha256(blob).hexdigest()[:32]}.json"
@@ -170,16 +196,17 @@ def _jit_warmup(config: Config, problem: Problem):
     """
     import torch
 
-    from kernel import COMPILE_OPTIONS, LaunchShape, kernel_arguments
+    from kernel import LaunchShape, kernel_arguments
     from kernel.flash_fwd import _flash_fwd_kernel
 
     shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
     dtype = problem.torch_dtype
     pointers = (dtype, dtype, dtype, dtype, torch.float32)      # warmup takes dtypes for tensors
     args = [value for _, value in kernel_arguments(pointers, shape, problem.causal)]
+    knobs = dict(_knob_constexprs(config))
     return _flash_fwd_kernel.warmup(*args, HEAD_DIM=problem.head_dim, BLOCK_M=config.block_m,
-                                    BLOCK_N=config.block_n, CAUSAL=bool(problem.causal), grid=(1,),
-                                    num_warps=config.num_warps, num_stages=config.num_stages, **COMPILE_OPTIONS)
+                                    BLOCK_N=config.block_n, CAUSAL=bool(problem.causal), grid=(1,), **knobs,
+                                    **compile_options(config))
 
 
 def _compile_uncached(task: CompileTask) -> CompileInfo:
@@ -187,7 +214,6 @@ def _compile_uncached(task: CompileTask) -> CompileInfo:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernel import COMPILE_OPTIONS
     from kernel.flash_fwd import _flash_fwd_kernel
 
     config = task.config
@@ -195,9 +221,10 @@ def _compile_uncached(task: CompileTask) -> CompileInfo:
         if task.via_jit:
             compiled = _jit_warmup(config, task.problem)
         else:
-            source = ASTSource(_flash_fwd_kernel, *compile_source(task.problem, config.block_m, config.block_n))
-            compiled = triton.compile(source, target=GPUTarget("cuda", task.capability, 32), options=dict(
-                num_warps=config.num_warps, num_stages=config.num_stages, **COMPILE_OPTIONS))
+            source = ASTSource(_flash_fwd_kernel, *compile_source(task.problem, config.block_m, config.block_n,
+                                                                  config))
+            compiled = triton.compile(source, target=GPUTarget("cuda", task.capability, 32),
+                                      options=compile_options(config))
     except Exception as exc:  # a config the compiler rejects is a result, not a crash
         message = str(exc).strip().splitlines()
         return CompileInfo(error=f"{type(exc).__name__}: {message[-1] if message else ''}"[:500])

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from tuner.budget._compile import CompileInfo, CompilePool, CompileTask, compile_many
+from tuner.budget._knobs import knob_restriction
 from tuner.budget._model import model_smem_bytes
 from tuner.gpus import GpuSpec
 from tuner.problem import Problem
@@ -57,6 +58,9 @@ def verdict(config: Config, problem: Problem, gpu: GpuSpec, info: CompileInfo | 
     if why_not:
         kind = Status.OVER_REGISTERS if why_not.startswith("registers") else Status.INVALID
         return BudgetResult(verdict=kind, reason=why_not, **base)
+    unsupported = knob_restriction(config, gpu)
+    if unsupported:
+        return BudgetResult(verdict=Status.UNSUPPORTED, reason=unsupported, **base)
     if info is None:
         if model > limit:
             return BudgetResult(verdict=Status.OVER_SMEM, reason=f"model needs {model} B > {limit} B on {gpu.name}",
@@ -82,9 +86,10 @@ def verdict(config: Config, problem: Problem, gpu: GpuSpec, info: CompileInfo | 
 
 def check_many(configs: Iterable[Config], problem: Problem, gpu: GpuSpec, compile: bool = True,
                jobs: int | None = None, progress=None, pool: CompilePool | None = None) -> list[BudgetResult]:
-    """Judge many configs; the ones the restrictions reject are never compiled."""
+    """Judge many configs; the ones the restrictions or the knob rules reject are never compiled."""
     configs = list(configs)
-    to_compile = [c for c in configs if restriction(c, problem.head_dim) is None] if compile else []
+    to_compile = [c for c in configs if restriction(c, problem.head_dim) is None
+                  and knob_restriction(c, gpu) is None] if compile else []
     tasks = [CompileTask(c, problem, gpu.capability) for c in to_compile]
     infos = dict(zip(to_compile, compile_many(tasks, jobs, progress, pool)))
     return [verdict(c, problem, gpu, infos.get(c)) for c in configs]

@@ -96,48 +96,74 @@ def _panel_traces(go, rows_by_cell: dict, warps: int, stages: int, block_m: list
     return grey, coloured, z
 
 
+def knob_variant(row: Result) -> str:
+    """The knobs a row's config sets, as its heatmap selector names them ("plain": none)."""
+    knobs = row.config.split("_")[3:]
+    return " ".join(knobs) if knobs else "plain"
+
+
+def _variant_menu(variants: list[str], shown: str, traces_per_variant: int) -> dict:
+    """A dropdown that shows one knob variant's panels at a time."""
+    buttons = []
+    for variant in variants:
+        visible = [v == variant for v in variants for _ in range(traces_per_variant)]
+        buttons.append(dict(label=variant, method="restyle", args=[{"visible": visible}]))
+    return dict(type="dropdown", x=1.0, xanchor="right", y=1.0, yanchor="bottom", pad=dict(b=28),
+                buttons=buttons, active=variants.index(shown), showactive=True)
+
+
 def heatmap(rows: list[Result]):
-    """The heatmap figure for one (study, shape, target, GPU) group of rows."""
+    """The heatmap figure for one (study, shape, target, GPU) group of rows: panels per
+    (warps, stages), and with knobs in the space a selector over knob variants (TMA,
+    persistent grid, ...), opened on the variant of the fastest config."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     block_m, block_n = sorted({r.block_m for r in rows}), sorted({r.block_n for r in rows})
     warps, stages = sorted({r.num_warps for r in rows}), sorted({r.num_stages for r in rows})
-    cells = {(r.block_m, r.block_n, r.num_warps, r.num_stages): r for r in rows}
+    timed_rows = [r for r in rows if r.status == Status.TIMED]
+    variants = sorted({knob_variant(r) for r in rows}, key=lambda v: (v != "plain", v))
+    best = max(timed_rows, key=lambda r: r.tflops or 0, default=None)
+    shown = knob_variant(best) if best else variants[0]
     fig = make_subplots(rows=len(warps), cols=len(stages), shared_xaxes=True, shared_yaxes=True,
                         horizontal_spacing=0.012, vertical_spacing=0.03,
                         column_titles=[f"{s} stage{'s' if s > 1 else ''}" for s in stages],
                         row_titles=[f"{w} warp{'s' if w > 1 else ''}" for w in warps])
     z_by_metric: dict[str, list] = {m: [] for m in METRICS}
-    for i, w in enumerate(warps, start=1):
-        for j, s in enumerate(stages, start=1):
-            grey, timed, z = _panel_traces(go, cells, w, s, block_m, block_n)
-            fig.add_trace(grey, row=i, col=j)
-            fig.add_trace(timed, row=i, col=j)
-            for metric in METRICS:
-                z_by_metric[metric].append(z[metric])
+    for variant in variants:
+        cells = {(r.block_m, r.block_n, r.num_warps, r.num_stages): r for r in rows if knob_variant(r) == variant}
+        for i, w in enumerate(warps, start=1):
+            for j, s in enumerate(stages, start=1):
+                grey, timed, z = _panel_traces(go, cells, w, s, block_m, block_n)
+                grey.visible = timed.visible = variant == shown
+                fig.add_trace(grey, row=i, col=j)
+                fig.add_trace(timed, row=i, col=j)
+                for metric in METRICS:
+                    z_by_metric[metric].append(z[metric])
     for i in range(1, len(warps) + 1):
         fig.update_yaxes(title_text="BLOCK_M" if i == (len(warps) + 1) // 2 else None, row=i, col=1)
     for j in range(1, len(stages) + 1):
         fig.update_xaxes(title_text="BLOCK_N", row=len(warps), col=j)
-    timed_rows = [r for r in rows if r.status == Status.TIMED]
     ranges = {m: (min((getattr(r, m) for r in timed_rows if getattr(r, m)), default=0),
                   max((getattr(r, m) for r in timed_rows if getattr(r, m)), default=1)) for m in METRICS}
-    timed_traces = [2 * k + 1 for k in range(len(warps) * len(stages))]
+    timed_traces = [2 * k + 1 for k in range(len(variants) * len(warps) * len(stages))]
     buttons = [dict(label=label, method="update", args=[
         {"z": z_by_metric[metric]},
         {"coloraxis.colorbar.title.text": title, "coloraxis.cmin": ranges[metric][0],
          "coloraxis.cmax": ranges[metric][1],
          "coloraxis.colorscale": "Viridis_r" if metric in LOWER_IS_BETTER else "Viridis"}, timed_traces])
         for metric, (label, title) in METRICS.items()]
+    menus = [dict(type="buttons", direction="right", x=0.0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=28),
+                  buttons=buttons, showactive=True)]
+    if len(variants) > 1:
+        menus.append(_variant_menu(variants, shown, 2 * len(warps) * len(stages)))
     fig.update_layout(title=dict(text=_title(rows, timed_rows), x=0.01), height=170 * len(warps) + 160,
-                      width=140 * len(stages) + 260, template="plotly_white",
+                      width=max(140 * len(stages) + 260, 900 if len(variants) > 1 else 0), template="plotly_white",
                       coloraxis=dict(colorscale="Viridis", cmin=ranges["tflops"][0], cmax=ranges["tflops"][1],
                                      colorbar=dict(title=dict(text=METRICS["tflops"][1]))),
-                      updatemenus=[dict(type="buttons", direction="right", x=0.0, xanchor="left", y=1.0,
-                                        yanchor="bottom", pad=dict(b=28), buttons=buttons, showactive=True)],
-                      margin=dict(t=150, l=70, r=40, b=60))
+                      updatemenus=menus, margin=dict(t=150, l=70, r=40, b=60))
     return fig
+
 
 
 def _title(rows: list[Result], timed: list[Result]) -> str:

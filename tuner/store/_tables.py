@@ -99,6 +99,11 @@ class Result(Base):
     block_n: Mapped[int] = mapped_column(Integer)
     num_warps: Mapped[int] = mapped_column(Integer)
     num_stages: Mapped[int] = mapped_column(Integer)
+    # the kernel's knobs (NULL in rows stored before they existed: all off)
+    tma: Mapped[bool | None] = mapped_column(Boolean)
+    warp_specialize: Mapped[bool | None] = mapped_column(Boolean)
+    maxnreg: Mapped[int | None] = mapped_column(Integer)
+    persistent: Mapped[int | None] = mapped_column(Integer)
     # outcome: a tuner.status.Status (TIMED, or the stage's rejection) and the tuner.status.Stage
     status: Mapped[str] = mapped_column(String(24), index=True)
     stage: Mapped[str] = mapped_column(String(16))             # the last stage reached
