@@ -23,7 +23,8 @@ from tuner.budget._model import TMA_BARRIERS, model_smem_bytes, uses_wgmma
 from tuner.budget._verdict import BudgetResult, check, check_many, smem_limit, verdict
 
 __all__ = [
-    "TMA_BARRIERS", "BudgetResult", "CompileInfo", "CompilePool", "CompileTask", "TritonFeatures", "cache_dir", "check", "check_many",
-    "compile_config", "compile_many", "compile_source", "compile_tasks", "knob_restriction", "model_smem_bytes",
-    "read_resource_usage", "smem_limit", "specialisation", "triton_features", "uses_wgmma", "verdict",
+    "TMA_BARRIERS", "BudgetResult", "CompileInfo", "CompilePool", "CompileTask", "TritonFeatures", "cache_dir",
+    "check", "check_many", "compile_config", "compile_many", "compile_source", "compile_tasks", "knob_restriction",
+    "model_smem_bytes", "read_resource_usage", "smem_limit", "specialisation", "triton_features", "uses_wgmma",
+    "verdict",
 ]

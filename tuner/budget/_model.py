@@ -29,7 +29,6 @@ from tuner.gpus import GpuSpec
 from tuner.problem import DTYPE_BYTES
 from tuner.space import Config
 
-
 TMA_BARRIERS = 1024
 
 
