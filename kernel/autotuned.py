@@ -1,7 +1,10 @@
 """The kernel under ``@triton.autotune``, over a config list the tuner emitted.
 
-``kernel/configs_h200.py`` is the list ``python -m tuner.emit`` wrote after the H200
-sweep of the article's study; paste your own GPU's list in its place. Triton times
+``kernel/configs_h200.py`` and ``kernel/configs_h200_knobs.py`` are the lists
+``python -m tuner.emit`` wrote after the H200 sweeps of the article's study (D=64, N=512
+to 4096, plain kernel) and of ``hopper_knobs`` (D=64 and 128 at N=4096, with TMA, warp
+specialization, register caps and a persistent grid); the entry point uses both. Paste
+your own GPU's list in their place. Triton times
 every config of the list on the first call for each new key (lengths, head dim,
 causal, dtype) and keeps the fastest. Later calls with the same input layout skip the
 autotuner and the JIT and launch the chosen binary directly (the launch plans of
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 import torch
 import triton
 
-from kernel.configs_h200 import CONFIGS, KEY
+from kernel import configs_h200, configs_h200_knobs
 from kernel.flash_fwd import KNOB_CONSTEXPRS, _flash_fwd_kernel, _scratch, interpreting, plan_for
 
 
@@ -47,4 +50,5 @@ class AutotunedFlashAttention:
         return plan_for(self.kernel, None, q, k, v, causal, out, lse)(q, k, v, out, lse)
 
 
-flash_attn_fwd_autotuned = AutotunedFlashAttention(CONFIGS, KEY)
+flash_attn_fwd_autotuned = AutotunedFlashAttention(configs_h200.CONFIGS + configs_h200_knobs.CONFIGS,
+                                                   configs_h200.KEY)

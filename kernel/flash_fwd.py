@@ -338,12 +338,14 @@ def _check_output(given: torch.Tensor, name: str, shape, dtype, device) -> None:
                          f"got {tuple(given.shape)} {given.dtype} on {given.device}")
 
 
-def default_config(head_dim: int, causal: bool = False, capability: int | None = None) -> dict[str, int]:
-    """A good hand-picked config; the tuner finds better ones for your GPU and shape.
+def default_config(head_dim: int, causal: bool = False, capability: int | None = None) -> dict:
+    """A good config for a call that names none; the tuner finds better ones for your GPU and shape.
 
-    Hopper values are the fastest of 16 candidates timed on an H200 at N=4096, bf16
-    (docs/results/2026-11-30-h200-kernel-bench.md). Elsewhere the values are chosen to
-    fit Ada's 99 KB of shared memory per block.
+    Hopper values are the winners of the ``hopper_knobs`` grid sweep on an H200 at
+    N=4096, bf16, with TMA loads (and a persistent grid, or a register cap, where those
+    won); where warp specialization won, it was within the noise of the same config
+    without it, which is taken (docs/results/2026-11-30-h200-knobs.md). Elsewhere the
+    values are chosen to fit Ada's 99 KB of shared memory per block, knobs off.
 
     Args:
         head_dim: D.
@@ -357,15 +359,15 @@ def default_config(head_dim: int, causal: bool = False, capability: int | None =
             major, minor = torch.cuda.get_device_capability()
             capability = 10 * major + minor
     hopper = 90 <= capability < 100
+    if head_dim == 64 and hopper:
+        if causal:
+            return dict(block_m=64, block_n=128, num_warps=4, num_stages=2, tma=True, maxnreg=168)
+        return dict(block_m=128, block_n=64, num_warps=8, num_stages=3, tma=True)
+    if head_dim == 128 and hopper:
+        return dict(block_m=128, block_n=128, num_warps=8, num_stages=3, tma=True, persistent=2)
     if head_dim <= 64:
-        if hopper and causal:
-            return dict(block_m=64, block_n=64, num_warps=4, num_stages=3)
         return dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
     if head_dim == 128:
-        if hopper:
-            if causal:
-                return dict(block_m=64, block_n=64, num_warps=4, num_stages=3)
-            return dict(block_m=128, block_n=128, num_warps=8, num_stages=3)
         return dict(block_m=128, block_n=64, num_warps=8, num_stages=2)
     return dict(block_m=64, block_n=32, num_warps=4, num_stages=1)
 
@@ -520,15 +522,31 @@ def _plan_key(kernel, q, k, v, causal, config, out, lse) -> tuple:
             None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() % 16))
 
 
+def _with_defaults(config: tuple, q, k, v, causal: bool) -> tuple:
+    """A call that left the tiles unset takes :func:`default_config` for the device, knobs
+    included where the call set none (TMA only where this layout allows it)."""
+    defaults = default_config(q.shape[-1], causal)
+    names = ("block_m", "block_n", "num_warps", "num_stages")
+    tiles = tuple(defaults[name] if given is None else given for name, given in zip(names, config[:4]))
+    if tuple(config[4:]) != KNOB_DEFAULTS[4:]:
+        return tiles + tuple(config[4:])
+    tma = defaults.get("tma", False)
+    if tma:
+        try:
+            _check_tma_layout(q, k, v)
+        except ValueError:
+            tma = False
+    return tiles + (tma, defaults.get("warp_specialize", False), defaults.get("maxnreg"),
+                    defaults.get("persistent", 0))
+
+
 def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse) -> LaunchPlan:
     """Check every input as a first call must, then make the plan (``config`` None: an autotuner picks)."""
     _check_inputs(q, k, v, causal)
     launch = {}
     if config is not None:
         if None in config[:4]:  # only untuned calls ask the device for defaults
-            defaults = default_config(q.shape[-1], causal)
-            names = ("block_m", "block_n", "num_warps", "num_stages")
-            config = tuple(defaults[name] if given is None else given for name, given in zip(names, config)) + config[4:]
+            config = _with_defaults(config, q, k, v, causal)
         block_m, block_n, num_warps, num_stages, tma, warp_specialize, maxnreg, persistent = config
         _check_config(*config)
         if tma:

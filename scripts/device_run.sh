@@ -36,6 +36,11 @@ stage() {
     knobgrid) /usr/bin/time -f "knobgrid wall %e s" python3 -m tuner.sweep --study hopper_knobs --gpu sm_90 \
                 --sampler grid --storage "sqlite:///$W/knobs.db" --out "$W/knobgrid" --no-outputs > "$W/knobgrid.log" 2>&1
               echo "knobgrid rc=$?"; grep -vE "^\[|^compiling" "$W/knobgrid.log" | tail -30;;
+    kverify) python3 -m tuner.emit --study hopper_knobs --gpu sm_90 --storage "sqlite:///$PWD/.cache/carry/knobs.db" \
+               --out "$W/knobs_configs.py" --verify "$W/kverify.md" > "$W/kverify.log" 2>&1; echo "verify rc=$?"
+             tail -9 "$W/kverify.md";;
+    kbench) python3 -m kernel.bench --head-dim 64 --head-dim 128 --n 4096 --markdown "$W/kbench.md" \
+              --json "$W/kbench.json" 2>&1 | grep -v "^|" ;;
     host) python3 -m tuner.bench_timing host --markdown "$W/host.md" 2>&1 | tail -12;;
     bench) python3 -m kernel.bench --head-dim 64 --head-dim 128 --n 512 --n 4096 --markdown "$W/bench.md" \
              --json "$W/bench.json" 2>&1 | grep -v "^|" ;;

@@ -251,6 +251,13 @@ def test_hopper_knobs_are_unsupported_on_ada_before_any_compile(knobs, reason, m
     assert result.verdict == "unsupported" and result.reason == reason and result.compiled_bytes is None
 
 
+def test_warp_specialization_at_four_warps_is_refused_before_the_compiler_fails():
+    gpu = GpuSpec.from_name("sm_90")
+    assert "8 or more warps" in budget.knob_restriction(Config(64, 64, 4, 3, tma=True, warp_specialize=True), gpu)
+    assert budget.knob_restriction(Config(64, 64, 4, 1, tma=True, warp_specialize=True), gpu) is None
+    assert budget.knob_restriction(Config(128, 64, 8, 3, tma=True, warp_specialize=True), gpu) is None
+
+
 def test_the_plain_kernel_and_a_persistent_grid_stay_supported_on_ada():
     gpu = GpuSpec.from_name("sm_89")
     assert budget.knob_restriction(Config(64, 64, 4, 2, persistent=2), gpu) is None
@@ -263,7 +270,7 @@ def test_knobs_a_triton_version_lacks_drop_out_naming_the_version():
     assert "Triton 3.2.0 lacks" in budget.knob_restriction(Config(64, 64, 4, 2, tma=True), gpu, old)
     assert "Triton 3.2.0 lacks" in budget.knob_restriction(Config(64, 64, 4, 2, warp_specialize=True), gpu, old)
     assert "no maxnreg option" in budget.knob_restriction(Config(64, 64, 4, 2, maxnreg=128), gpu, old)
-    assert budget.knob_restriction(Config(64, 64, 4, 2, tma=True, warp_specialize=True, maxnreg=128), gpu) is None
+    assert budget.knob_restriction(Config(128, 64, 8, 2, tma=True, warp_specialize=True, maxnreg=128), gpu) is None
 
 
 def test_a_register_cap_below_the_accumulators_is_restricted():

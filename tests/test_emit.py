@@ -104,21 +104,41 @@ def test_emit_cli_writes_under_out_and_exits_2_without_timed_results(hand_store,
     assert "was timed on every shape" in capsys.readouterr().err
 
 
-def test_shipped_config_list_fits_sm_90_and_runs_in_the_autotuned_entry_point(device, fresh_inputs,
-                                                                            assert_matches_reference):
+@pytest.mark.parametrize("module, head_dims, knobbed", [("configs_h200", (64,), 0),
+                                                        ("configs_h200_knobs", (64, 128), 1)])
+def test_shipped_config_lists_fit_sm_90_and_run_in_the_autotuned_entry_point(module, head_dims, knobbed, device,
+                                                                             fresh_inputs, assert_matches_reference):
+    import importlib
+
     from kernel.autotuned import AutotunedFlashAttention
-    from kernel.configs_h200 import CONFIGS, KEY
     from tuner.budget import verdict
 
-    for config in CONFIGS:
-        c = Config(config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps, config.num_stages)
-        for causal in (False, True):
-            assert verdict(c, Problem(head_dim=64, causal=causal), SM90, None).launchable
-    # The interpreter cannot time configs; one config keeps autotune from benchmarking.
-    entry = AutotunedFlashAttention(CONFIGS if device == "cuda" else CONFIGS[:1], KEY)
+    shipped = importlib.import_module(f"kernel.{module}")
+    configs = [Config.from_triton(config) for config in shipped.CONFIGS]
+    for c in configs:
+        for d in head_dims:
+            for causal in (False, True):
+                assert verdict(c, Problem(head_dim=d, causal=causal), SM90, None).launchable, c.key
+    assert (sum(not c.plain for c in configs) > 0) == bool(knobbed)
+    # The interpreter cannot time configs; one config (with knobs, where the list has them)
+    # keeps autotune from benchmarking.
+    one = [shipped.CONFIGS[configs.index(min(configs, key=lambda c: c.plain))]]
+    entry = AutotunedFlashAttention(shipped.CONFIGS if device == "cuda" else one, shipped.KEY)
     for causal in (False, True):
         q, k, v, seed = fresh_inputs((1, 2, 200, 64), (1, 2, 136, 64), torch.float16, device)
         out = torch.full_like(q, float("nan"))
         lse = torch.full(q.shape[:-1], float("nan"), device=device)
         entry(q, k, v, causal, out=out, lse=lse)
         assert_matches_reference(out, lse, q, k, v, causal, seed, label="autotuned")
+
+
+@pytest.mark.parametrize("key", ["128x64_w8_s3", "128x128_w8_s3_tma_ws_p2", "64x128_w4_s2_tma_r168",
+                                 "64x64_w4_s3_p1"])
+def test_an_emitted_triton_config_stands_for_its_config(key):
+    """Every knob survives the round trip through the pasted source: a knob the emitter
+    dropped would autotune another kernel than the one the sweep timed."""
+    import triton
+
+    config = Config.parse(key)
+    source = emit.triton_config(config)
+    assert Config.from_triton(eval(source, {"triton": triton})) == config      # noqa: S307 (our own output)

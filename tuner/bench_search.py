@@ -141,7 +141,8 @@ def speed(study_name: str, markdown: Path | None) -> int:
 
 
 def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int, target: float):
-    """One search against recorded timings: trials (and recorded seconds) to reach ``target``."""
+    """One search against recorded timings: trials, distinct configs, configs that were timed
+    (the GPU's share: a rejected config costs no GPU time) and recorded seconds to reach ``target``."""
     import optuna
 
     from tuner import search
@@ -151,7 +152,7 @@ def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int
     study = optuna.create_study(direction="maximize", sampler=sampler)
     dists = search.distributions(space, sampler_name)
     seen: dict[str, float] = {}
-    spent = 0.0
+    spent, timed = 0.0, set()
     for number in range(1, budget_trials + 1):
         trial = study.ask(dists)
         config = search.config_of(trial.params)
@@ -159,11 +160,13 @@ def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int
         if config.key not in seen:
             spent += seconds           # a config asked again is answered from the store, as in the sweep
         seen[config.key] = value
+        if value > 0:
+            timed.add(config.key)
         trial.set_constraint(search.REJECTED_CONSTRAINT, 0.0 if value > 0 else 1.0)
         study.tell(trial, value)
         if value >= target:
-            return number, len(seen), spent
-    return None, len(seen), spent
+            return number, len(seen), spent, len(timed)
+    return None, len(seen), spent, len(timed)
 
 
 def quality(url: str, study_name: str, target_name: str, shapes: list[str], samplers: list[str], seeds: int,
@@ -182,7 +185,8 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
              f"Command: python -m tuner.bench_search quality --study {study_name} --gpu {target_name} "
              f"--samplers {' '.join(samplers)} --seeds {seeds}", "",
              "| shape | valid configs | sampler | trials to 2% of best: median / worst | distinct configs asked "
-             "| recorded timing s: median / worst | found in all seeds |", "|---|---|---|---|---|---|---|"]
+             "| of them timed (valid): median / worst | recorded timing s: median / worst | found in all seeds |",
+             "|---|---|---|---|---|---|---|---|"]
     for label in labels:
         shape_rows = [r for r in rows if r.shape == label]
         # per-config seconds: the trial's check + time, shared by the study's shapes
@@ -197,9 +201,12 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
             trials = [r[0] if r[0] is not None else len(study.space.all_configs()) for r in results]
             distinct = [r[1] for r in results]
             spent = [r[2] for r in results]
+            timed = [r[3] for r in results]
             lines.append(f"| {label} | {valid} | {sampler} | {statistics.median(trials):.0f} / {max(trials)} "
                          f"({100 * statistics.median(trials) / valid:.0f}% / {100 * max(trials) / valid:.0f}% of "
-                         f"valid) | {statistics.median(distinct):.0f} | {statistics.median(spent):.0f} / "
+                         f"valid) | {statistics.median(distinct):.0f} | {statistics.median(timed):.0f} / {max(timed)} "
+                         f"({100 * statistics.median(timed) / valid:.0f}% / {100 * max(timed) / valid:.0f}%) | "
+                         f"{statistics.median(spent):.0f} / "
                          f"{max(spent):.0f} | {len(found)}/{seeds} |")
             print(lines[-1], flush=True)
     text = "\n".join(lines)

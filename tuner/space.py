@@ -106,6 +106,15 @@ class Config:
                                  f"_pN (persistent programs per SM)")
         return cls(*values, **fields)
 
+    @classmethod
+    def from_triton(cls, config) -> Config:
+        """The config a ``triton.Config`` of an emitted autotune list stands for (BLOCK_M,
+        BLOCK_N and the knob constexprs TMA, WARP_SPEC, PERSISTENT as kwargs; maxnreg)."""
+        kwargs = config.kwargs
+        return cls(kwargs["BLOCK_M"], kwargs["BLOCK_N"], config.num_warps, config.num_stages,
+                   tma=kwargs.get("TMA", False), warp_specialize=kwargs.get("WARP_SPEC", False),
+                   maxnreg=config.maxnreg or 0, persistent=kwargs.get("PERSISTENT", 0))
+
     def as_kwargs(self) -> dict:
         """Keyword arguments of ``kernel.flash_attn_fwd`` (knobs only when set, so a plain
         config calls the kernel exactly as before the knobs existed)."""

@@ -48,9 +48,7 @@ def verify(path: Path, study: Study, rows: list[Result], markdown: Path, winners
         out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
         autotuned(q, k, v, shape.causal, out=out, lse=lse)        # the first call tunes
         chosen = autotuned.kernel.best_config
-        picked = Config(chosen.kwargs["BLOCK_M"], chosen.kwargs["BLOCK_N"], chosen.num_warps, chosen.num_stages,
-                        tma=chosen.kwargs.get("TMA", False), warp_specialize=chosen.kwargs.get("WARP_SPEC", False),
-                        maxnreg=chosen.maxnreg or 0, persistent=chosen.kwargs.get("PERSISTENT", 0))
+        picked = Config.from_triton(chosen)
         times = {c: gpu_time([lambda c=c: flash_attn_fwd(q, k, v, shape.causal, **c.as_kwargs(), out=out,
                                                          lse=lse)]).ms for c in {best, picked}}
         ratio = times[picked] / times[best]
