@@ -69,11 +69,11 @@ def bench_case(batch, heads, n, head_dim, causal, dtype=torch.bfloat16, config=N
     tried = {}
     for candidate in (CANDIDATES if pick else [config or default_config(head_dim, causal)]):
         try:
-            tried[tuple(candidate.values())] = _time_config(sets, causal, candidate)
+            tried[tuple(candidate.items())] = _time_config(sets, causal, candidate)
         except Exception as exc:  # out of resources on this GPU: not a candidate here
             print(f"  skip {candidate}: {type(exc).__name__}", file=sys.stderr)
     best = min(tried, key=lambda c: tried[c][0])
-    config = dict(zip(("block_m", "block_n", "num_warps", "num_stages"), best))
+    config = dict(best)             # tiles, launch options and any knobs, as timed
     ours, method = tried[best]
     q, k, v = sets[0][:3]
     ours_host = host_us(lambda: flash_attn_fwd(q, k, v, causal, **config))      # the user's call: allocates
@@ -96,6 +96,13 @@ DEFAULT_CASES = ([(64, n, c) for n in (512, 1024, 2048, 4096) for c in (False, T
                  + [(d, n, c) for d in (64, 128) for n in (8192, 16384) for c in (False, True)])
 
 
+def _knobs(config: dict) -> str:
+    """The knobs a config sets, for the table (", tma, persistent=2"), or ""."""
+    set_knobs = [name if value is True else f"{name}={value}" for name, value in config.items()
+                 if name not in ("block_m", "block_n", "num_warps", "num_stages") and value not in (False, 0, None)]
+    return "".join(f", {k}" for k in set_knobs)
+
+
 def _fmt(value, spec):
     return "n/a" if value is None else format(value, spec)
 
@@ -103,14 +110,14 @@ def _fmt(value, spec):
 def table(rows: list[dict], env: dict[str, str]) -> str:
     """A markdown table of result rows, with the environment above it."""
     lines = [environment_line(env), "",
-             "| D | N | causal | config (BMxBN, warps, stages) | ours ms | ours TFLOP/s | flash ms | cuDNN ms "
+             "| D | N | causal | config (BMxBN, warps, stages, knobs) | ours ms | ours TFLOP/s | flash ms | cuDNN ms "
              "| cuDNN TFLOP/s | x SDPA-flash | x SDPA-cuDNN | host µs/call: ours | flash | cuDNN |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["config"]
         lines.append(
             f"| {r['D']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
-            f"{c['block_m']}x{c['block_n']}, {c['num_warps']}, {c['num_stages']} | {r['ours_ms']:.4f} | "
+            f"{c['block_m']}x{c['block_n']}, {c['num_warps']}, {c['num_stages']}{_knobs(c)} | {r['ours_ms']:.4f} | "
             f"{r['ours_tflops']:.0f} | {_fmt(r['flash_ms'], '.4f')} | {_fmt(r['cudnn_ms'], '.4f')} | "
             f"{_fmt(r['cudnn_tflops'], '.0f')} | {_fmt(r['vs_flash'], '.2f')} | {_fmt(r['vs_cudnn'], '.2f')} | "
             f"{r['ours_host_us']:.1f} | {_fmt(r['flash_host_us'], '.1f')} | {_fmt(r['cudnn_host_us'], '.1f')} |")

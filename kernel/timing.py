@@ -190,11 +190,13 @@ def sdpa_call(q, k, v, causal: bool) -> Callable[[], object]:
 
 
 def time_sdpa(sets: Sequence[tuple], causal: bool, rep_ms: float = 40.0,
-              warmup_ms: int = 10) -> dict[str, dict[str, float | str | None]]:
+              warmup_ms: int = 10, settle_ms: float = 0.0,
+              host: bool = True) -> dict[str, dict[str, float | str | None]]:
     """Each SDPA backend on the input sets ``[(q, k, v), ...]``: GPU ms, host µs, method.
 
     The backend is pinned once around its measurements, not inside the timed call.
-    A backend that refuses the shape gets None.
+    A backend that refuses the shape gets None. ``settle_ms`` as in :func:`gpu_time`;
+    ``host`` False skips the host timing.
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -208,8 +210,9 @@ def time_sdpa(sets: Sequence[tuple], causal: bool, rep_ms: float = 40.0,
             except RuntimeError:
                 results[backend] = {"ms": None, "host_us": None, "method": None}
                 continue
-            timing = gpu_time(calls, rep_ms, warmup_ms)
-            results[backend] = {"ms": timing.ms, "host_us": host_us(calls[0]), "method": timing.method}
+            timing = gpu_time(calls, rep_ms, warmup_ms, settle_ms)
+            results[backend] = {"ms": timing.ms, "host_us": host_us(calls[0]) if host else None,
+                                "method": timing.method}
     return results
 
 

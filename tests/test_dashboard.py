@@ -219,3 +219,25 @@ def test_dashboards_render_in_headless_chromium_without_console_errors(recorded,
     assert int(title.group(1).rsplit(":", 1)[1]) > 0          # plotly drew its SVG
     console = [line for line in result.stderr.splitlines() if "CONSOLE" in line and "Uncaught" in line]
     assert not console, console
+
+
+def test_knob_variants_get_a_selector_that_opens_on_the_fastest_variant(hand_store):
+    """A study with knobs has rows of several variants per cell: each variant gets its own
+    panels (a cell must show its own variant's row, never another's), one selector entry,
+    and the page opens on the variant of the fastest config."""
+    plain = [r for r in hand_store().results("hand") if r.shape == S1]
+    tma = []
+    for row in plain:
+        values = {c.name: getattr(row, c.name) for c in Result.__table__.columns if c.name != "id"}
+        values.update(config=row.config + "_tma", tma=True, tflops=row.tflops and row.tflops * 2)
+        tma.append(Result(**values))
+    figure = dashboard.heatmap(plain + tma)
+    selector = figure.layout.updatemenus[1]
+    assert [b.label for b in selector.buttons] == ["plain", "tma"] and selector.active == 1
+    panels = len({r.num_warps for r in plain}) * len({r.num_stages for r in plain})
+    assert [t.visible for t in figure.data] == [False] * (2 * panels) + [True] * (2 * panels)
+    for button, variant in zip(selector.buttons, (False, True)):
+        assert button.args[0]["visible"] == [not variant] * (2 * panels) + [variant] * (2 * panels)
+    shown = [t for t in figure.data if t.visible and t.name == "timed"]
+    configs = {cell[0] for t in shown for line in t.customdata for cell in line if cell and cell[0]}
+    assert configs and all(c.endswith("_tma") for c in configs)

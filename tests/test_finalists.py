@@ -51,3 +51,40 @@ def test_a_lone_finalist_is_its_own_winner():
 def test_the_winner_is_the_best_median_not_the_best_single_round():
     verdict = judge("s", {"lucky": [0.90, 1.10, 1.10, 1.10, 1.10], "steady": [1.00, 1.00, 1.01, 1.00, 1.00]})
     assert verdict.winner.config == "steady" and verdict.runner_up.config == "lucky"
+
+
+def test_sdpa_timed_in_the_rounds_is_split_out_and_kept_with_the_verdict():
+    from tuner.finalists import judge, split_sdpa
+    from tuner.outcome import SDPA_KEYS
+
+    times = {"a": [1.0, 1.1, 1.2], "b": [2.0, 2.0, 2.0], SDPA_KEYS["cudnn"]: [0.8, 0.9, 5.0],
+             SDPA_KEYS["flash"]: [1.5, 1.4, 1.6]}
+    configs, sdpa = split_sdpa(times)
+    assert set(configs) == {"a", "b"} and sdpa == {"cudnn": 0.9, "flash": 1.5}
+    verdict = judge("s", configs, sdpa)
+    assert verdict.winner.config == "a" and (verdict.flash_ms, verdict.cudnn_ms) == (1.5, 0.9)
+    assert judge("s", configs).cudnn_ms is None
+
+
+def test_the_summary_compares_a_re_timed_winner_with_sdpa_from_the_same_rounds(hand_store):
+    """The winner's re-timed median against SDPA's start-of-run baseline mixes two timing
+    regimes; with SDPA re-timed in the same rounds, the summary must use that instead."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from tuner.finalists import judge
+    from tuner.gpus import GpuSpec
+    from tuner.report import summary
+
+    rows = [r for r in hand_store().results("hand")]
+    shape = "B1 H2 Nq128 Nk128 D64 bf16"
+    best = min((r for r in rows if r.status == "timed" and r.shape == shape), key=lambda r: r.ms)
+    verdict = judge(shape, {best.config: [best.ms * 2] * 3}, {"flash": best.ms * 3, "cudnn": best.ms})
+    ctx = SimpleNamespace(study=SimpleNamespace(name="hand"), target=GpuSpec.from_name("sm_90"), gpu_label="x",
+                          env={"torch": "t", "triton": "t", "driver": "d", "date": "today"})
+    text = summary(ctx, rows, Counter(), None, {shape: verdict})
+    line = next(ln for ln in text.splitlines() if ln.startswith(shape + " ") and best.config in ln)
+    assert line.split()[-3:-1] == ["150", "50"]           # % flash, % cuDNN from the re-timed SDPA
+    plain = summary(ctx, rows, Counter(), None, {shape: judge(shape, {best.config: [best.ms * 2] * 3})})
+    line = next(ln for ln in plain.splitlines() if ln.startswith(shape + " ") and best.config in ln)
+    assert line.split()[-3] == f"{100 * best.flash_ms / (2 * best.ms):.0f}"   # no re-timed SDPA: the baseline

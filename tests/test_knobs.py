@@ -149,3 +149,15 @@ def test_a_default_call_drops_tma_where_the_layout_cannot_take_it(device, fresh_
     plan = next(iter(_PLANS.values()))
     assert plan.launch["TMA"] is False and plan.launch["PERSISTENT"] == 1
     _PLANS.clear()
+
+
+@GPU_ONLY
+@pytest.mark.parametrize("D", kernel.HEAD_DIMS)
+def test_tma_and_persistent_at_every_head_dim_bf16_gpu(D, device, fresh_inputs, assert_matches_reference):
+    tile = dict(block_m=64, block_n=32, num_warps=4, num_stages=2) if D == 256 else \
+        dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
+    q, k, v, seed = fresh_inputs((2, 3, 1000, D), (2, 3, 777, D), BF16, device)
+    for causal in (False, True):
+        for knobs in (dict(tma=True), dict(tma=True, persistent=2), dict(persistent=1)):
+            out, lse = _run(q, k, v, causal, **tile, **knobs)
+            assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"D={D} {knobs}")

@@ -253,7 +253,7 @@ def test_small_sweep_on_the_gpu(tmp_path, capsys, query):
         block_n = [32, 64]
         num_warps = [4, 8]
         num_stages = [2, 3]
-        tma = [false]
+        tma = [false, true]
         persistent = [0]
     """))
     db = tmp_path / "g.db"
@@ -263,8 +263,13 @@ def test_small_sweep_on_the_gpu(tmp_path, capsys, query):
     print(capsys.readouterr().out)
     rows = query(db, "select status, pct_flash, err_out, err_bound, ragged_err_out, timer, host_us from fa2_results")
     timed = [r for r in rows if r[0] == "timed"]
-    assert len(rows) == 16 * 4 and len(timed) >= 8
+    assert len(rows) == 32 * 4 and len(timed) >= 16
     assert all(p > 0 and err <= bound and ragged is not None and timer == "cuda_graph" and host > 0
                for _, p, err, bound, ragged, timer, host in timed)
+    assert query(db, "select count(*) from fa2_results where status = 'timed' and tma") != [(0,)]
     assert query(db, "select count(distinct shape) from fa2_finalists") == [(4,)]
+    # SDPA re-timed in the finalists' own rounds, near its start-of-run baseline
+    sdpa = query(db, "select f.cudnn_ms / b.cudnn_ms, f.flash_ms / b.flash_ms from fa2_finalists f "
+                     "join fa2_baselines b on b.shape = f.shape and b.phase = 'start'")
+    assert sdpa and all(0.7 < c < 1.5 and 0.7 < f < 1.5 for c, f in sdpa)
     assert (tmp_path / "out" / "configs" / "gpu-smoke_sm_90_configs.py").exists()

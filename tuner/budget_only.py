@@ -30,9 +30,9 @@ def budget_only(ctx: RunContext, store: Store, jobs: int | None = None) -> Count
     to_compile = [c for c in configs if rejected[c] is None]
     plans = {c: compile_plan(c, study, target, None) for c in to_compile}
     tasks = [task for c in to_compile for task in plans[c]]
-    print(f"budget stage for {target.name}: {len(configs) - len(to_compile)} configs rejected by the model and "
-          f"restrictions; compiling {len(to_compile)} for {target.name} ({len(tasks)} compiles, cached after)",
-          file=sys.stderr)
+    print(f"budget stage for {target.name}: {len(configs) - len(to_compile)} configs rejected by the restrictions, "
+          f"the knob rules and the model; compiling {len(to_compile)} for {target.name} ({len(tasks)} compiles, "
+          f"cached after)", file=sys.stderr)
     started = time.perf_counter()
     infos = iter(budget.compile_many(tasks, jobs=jobs, progress=compile_progress(target.name)))
     rows = []

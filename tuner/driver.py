@@ -10,7 +10,6 @@ runs the first two stages for the target over the whole space and stops.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import sys
@@ -31,7 +30,7 @@ from tuner.runner import GpuWorker, TrialOutcome, WorkerFailed
 from tuner.space import Config
 from tuner.stages import Rejection, budget_stage, compile_plan, compile_stage
 from tuner.status import Stage, Status
-from tuner.store import Finalist, Result, Store
+from tuner.store import Result, Store
 
 # Exceptions that mean the compiler or the launch refused the config, not that it crashed.
 COMPILE_ERRORS = ("OutOfResources", "CompilationError", "PTXASError", "CompileTimeAssertionFailure")
@@ -380,14 +379,8 @@ class Sweep:
         timer = WALL if self.options.device == "cpu" else None
         stored = []
         for label, per_config in times.items():
-            verdict = finalists.judge(label, per_config)
-            self.verdicts[label] = verdict
-            for rank, timing in enumerate(verdict.ranked, start=1):
-                stored.append(Finalist(
-                    run_id=ctx.run_id, study=ctx.study.name, target=ctx.target.name, gpu=ctx.gpu_label, shape=label,
-                    config=timing.config, rank=rank, rounds=len(timing.times), median_ms=timing.median,
-                    min_ms=min(timing.times), max_ms=max(timing.times), spread=timing.spread,
-                    times=json.dumps(list(timing.times)), timer=timer or _timer_of(rows, label)))
+            verdict = self.verdicts[label] = finalists.judge(label, *finalists.split_sdpa(per_config))
+            stored += finalists.finalist_rows(ctx, verdict, timer or _timer_of(rows, label))
         self.store.replace_finalists(stored)
         return self.verdicts
 

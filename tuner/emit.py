@@ -55,9 +55,11 @@ class Emitted:
 def verdicts_of(db: Store, study: str, target: str, gpu: str) -> dict[str, ShapeVerdict]:
     """The stored finalists of each shape, judged again from their stored times."""
     times: dict[str, dict[str, list[float]]] = {}
+    sdpa: dict[str, dict[str, float | None]] = {}
     for finalist in db.finalists(study, target, gpu):
         times.setdefault(finalist.shape, {})[finalist.config] = json.loads(finalist.times)
-    return {shape: judge(shape, per_config) for shape, per_config in times.items()}
+        sdpa[finalist.shape] = {"flash": finalist.flash_ms, "cudnn": finalist.cudnn_ms}
+    return {shape: judge(shape, per_config, sdpa[shape]) for shape, per_config in times.items()}
 
 
 def select(rows: list[Result], verdicts: dict[str, ShapeVerdict], top: int) -> list[Entry]:
@@ -78,8 +80,9 @@ def select(rows: list[Result], verdicts: dict[str, ShapeVerdict], top: int) -> l
                 entry(key).notes.append(
                     f"{'best' if index == 0 else 'kept'} for {shape}: {timing.median:.4f} ms (median of "
                     f"{len(timing.times)} rounds), {row.tflops * row.ms / timing.median:.0f} TFLOP/s, "
-                    f"{pct(row.flash_ms and 100 * row.flash_ms / timing.median)} of SDPA-flash, "
-                    f"{pct(row.cudnn_ms and 100 * row.cudnn_ms / timing.median)} of SDPA-cuDNN; {verdict.sentence()}")
+                    f"{pct(100 * (verdict.flash_ms or row.flash_ms or 0) / timing.median or None)} of SDPA-flash, "
+                    f"{pct(100 * (verdict.cudnn_ms or row.cudnn_ms or 0) / timing.median or None)} of SDPA-cuDNN"
+                    f"{' (SDPA re-timed in the same rounds)' * bool(verdict.cudnn_ms)}; {verdict.sentence()}")
                 entries[key].wins += index == 0
             continue
         candidates = [r for rs in timed.values() for r in rs if r.shape == shape]

@@ -9,12 +9,14 @@ pure function of timings; the worker measures, :mod:`tuner.driver` stores.
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
 
+from tuner.outcome import SDPA_KEYS
 from tuner.records import scores
 from tuner.status import Status
-from tuner.store import Result
+from tuner.store import Finalist, Result
 
 __all__ = ["FinalistTiming", "ShapeVerdict", "judge", "round_orders", "select_finalists"]
 
@@ -64,6 +66,8 @@ class ShapeVerdict:
 
     shape: str
     ranked: tuple[FinalistTiming, ...]
+    flash_ms: float | None = None       # SDPA's backends, median over the same rounds (None: not re-timed)
+    cudnn_ms: float | None = None
 
     @property
     def winner(self) -> FinalistTiming:
@@ -103,7 +107,26 @@ class ShapeVerdict:
         return text + ("" if self.separated else " (within the noise: both are kept)")
 
 
-def judge(shape: str, times: dict[str, list[float]]) -> ShapeVerdict:
-    """Rank a shape's finalists by their median over rounds."""
+def judge(shape: str, times: dict[str, list[float]], sdpa: dict[str, float | None] | None = None) -> ShapeVerdict:
+    """Rank a shape's finalists by their median over rounds; ``sdpa`` holds SDPA's medians
+    over the same rounds (``{"flash": ms, "cudnn": ms}``), where they were timed."""
     timings = [FinalistTiming(key, tuple(ms)) for key, ms in times.items() if ms]
-    return ShapeVerdict(shape, tuple(sorted(timings, key=lambda t: (t.median, t.config))))
+    sdpa = sdpa or {}
+    return ShapeVerdict(shape, tuple(sorted(timings, key=lambda t: (t.median, t.config))),
+                        sdpa.get("flash"), sdpa.get("cudnn"))
+
+
+def finalist_rows(ctx, verdict: ShapeVerdict, timer: str | None) -> list[Finalist]:
+    """The store's rows for a shape's re-timed finalists (``ctx``: the run's :class:`RunContext`)."""
+    return [Finalist(run_id=ctx.run_id, study=ctx.study.name, target=ctx.target.name, gpu=ctx.gpu_label,
+                     shape=verdict.shape, config=timing.config, rank=rank, rounds=len(timing.times),
+                     median_ms=timing.median, min_ms=min(timing.times), max_ms=max(timing.times),
+                     spread=timing.spread, times=json.dumps(list(timing.times)), timer=timer,
+                     flash_ms=verdict.flash_ms, cudnn_ms=verdict.cudnn_ms)
+            for rank, timing in enumerate(verdict.ranked, start=1)]
+
+
+def split_sdpa(times: dict[str, list[float]]) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """A shape's re-timing split into the configs' times and SDPA's medians over the rounds."""
+    sdpa = {backend: statistics.median(times[key]) for backend, key in SDPA_KEYS.items() if times.get(key)}
+    return {key: ms for key, ms in times.items() if key not in SDPA_KEYS.values()}, sdpa

@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 
 from tuner.status import Status
 
-__all__ = ["ShapeOutcome", "TrialOutcome"]
+__all__ = ["SDPA_KEYS", "ShapeOutcome", "TrialOutcome", "WorkerFailed"]
+
+# In a re-timing's results (shape -> key -> ms per round), SDPA's backends timed in the same rounds.
+SDPA_KEYS = {"flash": "sdpa:flash", "cudnn": "sdpa:cudnn"}
 
 
 @dataclass(frozen=True)
@@ -37,3 +40,17 @@ class TrialOutcome:
     check_s: float = 0.0
     time_s: float = 0.0
     error_type: str | None = None          # the exception's type, when the worker raised or died on one
+
+
+class WorkerFailed(RuntimeError):
+    """The worker died, raised or did not answer in time.
+
+    Attributes:
+        status: ``Status.CRASHED`` or ``Status.TIMEOUT``.
+        reason: what happened, for the stored row.
+        error_type: the exception's type name when the worker raised one.
+    """
+
+    def __init__(self, status: Status, reason: str, error_type: str | None = None):
+        super().__init__(reason)
+        self.status, self.reason, self.error_type = status, reason, error_type

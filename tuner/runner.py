@@ -13,9 +13,9 @@ In the worker, for each config:
 2. **time**: GPU time per call by CUDA-graph replay over input sets that do not fit in
    L2, and the host time of a call (:mod:`kernel.timing`), on every study shape.
 
-``retime`` times lists of configs together in interleaved rounds (the finalists).
-``device="cpu"`` runs the same steps in Triton's interpreter with a wall clock; it
-exists so the sweep can be tested without a GPU, and its times mean nothing.
+``retime`` times lists of configs together in interleaved rounds (the finalists), with
+SDPA in the same rounds. ``device="cpu"`` runs the same steps in Triton's interpreter with
+a wall clock, so the sweep can be tested without a GPU; its times mean nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import replace
 
 from kernel.timing import WALL
 from tuner.gate import GateShape, finite, gate_shapes, make_case
-from tuner.outcome import ShapeOutcome, TrialOutcome
+from tuner.outcome import SDPA_KEYS, ShapeOutcome, TrialOutcome, WorkerFailed
 from tuner.problem import Problem
 from tuner.space import Config
 from tuner.status import Status
@@ -209,15 +209,24 @@ class _Bench:
 
     def retime(self, orders: dict[str, list[list[Config]]]) -> dict[str, dict[str, list[float]]]:
         """Time each shape's configs together, round by round in the given orders
-        (:func:`tuner.finalists.round_orders`): label -> config key -> ms per round."""
+        (:func:`tuner.finalists.round_orders`): label -> key -> ms per round. On a GPU each round
+        times SDPA the same way too (keys :data:`SDPA_KEYS`): settled, longer windows slow some
+        kernels more than others, so the finalists' ratios need SDPA from the same rounds."""
+        from kernel.timing import RETIME, time_sdpa
+
         by_label = {problem.label: problem for problem in self.shapes}
         times: dict[str, dict[str, list[float]]] = {}
         for label, rounds in orders.items():
-            times[label] = {}
+            problem, times[label] = by_label[label], {}
             for order in rounds:
                 for config in order:
-                    ms = self._time(by_label[label], config, host=False, retime=True)[0]
+                    ms = self._time(problem, config, host=False, retime=True)[0]
                     times[label].setdefault(config.key, []).append(ms)
+                sdpa = {} if self.device == "cpu" else time_sdpa(
+                    [s[:3] for s in self._sets(problem)], problem.causal, RETIME[0], self.warmup_ms, RETIME[1], False)
+                for backend, result in sdpa.items():
+                    if result["ms"] is not None:
+                        times[label].setdefault(SDPA_KEYS[backend], []).append(result["ms"])
         return times
 
 
@@ -267,20 +276,6 @@ def _serve(conn, shapes, timing, device) -> None:
 
 
 # ------------------------------------------------------------------------ parent side
-
-
-class WorkerFailed(RuntimeError):
-    """The worker died, raised or did not answer in time.
-
-    Attributes:
-        status: ``Status.CRASHED`` or ``Status.TIMEOUT``.
-        reason: what happened, for the stored row.
-        error_type: the exception's type name when the worker raised one.
-    """
-
-    def __init__(self, status: Status, reason: str, error_type: str | None = None):
-        super().__init__(reason)
-        self.status, self.reason, self.error_type = status, reason, error_type
 
 
 class GpuWorker:

@@ -34,6 +34,7 @@ EXAMPLES = f"""examples:
   python -m tuner.sweep --gpu sm_89 --study my_study.toml --sampler tpe --trials 120
   python -m tuner.sweep --gpu auto --study long_context --timeout 1800 --storage sqlite:///my.db
   python -m tuner.sweep --gpu sm_90 --study head_dim_128 --profile 3
+  python -m tuner.sweep --gpu sm_90 --study hopper_knobs --sampler grid   # TMA, warp specialization, ...
   python -m tuner.sweep --gpu sm_90 --sampler grid --workers 2
   python -m tuner.sweep --gpu sm_90 --storage postgresql+psycopg://tuner@dbhost/fa2   # same command on each host
 

@@ -164,6 +164,9 @@ class Finalist(Base):
     spread: Mapped[float] = mapped_column(Float)                # (max - min) / median
     times: Mapped[str] = mapped_column(Text)                    # ms per round, JSON
     timer: Mapped[str | None] = mapped_column(String(16))
+    # SDPA's backends timed in the same rounds, medians (the shape's, on each of its rows)
+    flash_ms: Mapped[float | None] = mapped_column(Float)
+    cudnn_ms: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
 
 
