@@ -76,7 +76,7 @@ def test_the_summary_compares_a_re_timed_winner_with_sdpa_from_the_same_rounds(h
     from tuner.gpus import GpuSpec
     from tuner.report import summary
 
-    rows = [r for r in hand_store().results("hand")]
+    rows = hand_store().results("hand")
     shape = "B1 H2 Nq128 Nk128 D64 bf16"
     best = min((r for r in rows if r.status == "timed" and r.shape == shape), key=lambda r: r.ms)
     verdict = judge(shape, {best.config: [best.ms * 2] * 3}, {"flash": best.ms * 3, "cudnn": best.ms})
