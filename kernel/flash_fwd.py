@@ -342,9 +342,9 @@ def default_config(head_dim: int, causal: bool = False, capability: int | None =
     """A good config for a call that names none; the tuner finds better ones for your GPU and shape.
 
     Hopper values are the winners of the ``hopper_knobs`` grid sweep on an H200 at
-    N=4096, bf16, with TMA loads (and a persistent grid, or a register cap, where those
-    won); where warp specialization won, it was within the noise of the same config
-    without it, which is taken (docs/results/2026-11-30-h200-knobs.md). Elsewhere the
+    N=4096, bf16, with TMA loads (and a persistent grid at D=128); where warp specialization
+    or a register cap won, it was within the noise of the same config without it, which is
+    taken (docs/results/2026-11-30-h200-knobs.md). Elsewhere the
     values are chosen to fit Ada's 99 KB of shared memory per block, knobs off.
 
     Args:
@@ -361,7 +361,7 @@ def default_config(head_dim: int, causal: bool = False, capability: int | None =
     hopper = 90 <= capability < 100
     if head_dim == 64 and hopper:
         if causal:
-            return dict(block_m=64, block_n=128, num_warps=4, num_stages=2, tma=True, maxnreg=168)
+            return dict(block_m=64, block_n=128, num_warps=4, num_stages=2, tma=True)
         return dict(block_m=128, block_n=64, num_warps=8, num_stages=3, tma=True)
     if head_dim == 128 and hopper:
         return dict(block_m=128, block_n=128, num_warps=8, num_stages=3, tma=True, persistent=2)

@@ -125,7 +125,8 @@ def test_knobs_bf16_gpu(tile, causal, knobs, device, fresh_inputs, assert_matche
 
 def test_default_config_takes_the_hopper_winners_with_knobs_and_keeps_ada_plain():
     assert kernel.default_config(128, False, capability=90)["tma"] is True
-    assert kernel.default_config(64, True, capability=90)["maxnreg"] == 168
+    assert kernel.default_config(64, True, capability=90)["tma"] is True
+    assert kernel.default_config(128, True, capability=90)["persistent"] == 2
     for d in (64, 128):
         for causal in (False, True):
             ada = kernel.default_config(d, causal, capability=89)

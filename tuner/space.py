@@ -20,8 +20,9 @@ MMA_TILE = (16, 8)        # the smallest mma.sync tile one warp owns (M x N)
 # "unsupported" verdict, no compile). The others are a study's to widen ([space]
 # persistent = [0, 2], warp_specialize = [false, true], maxnreg = [0, 168], as the
 # hopper_knobs study does): a persistent grid added 3-4% on top of TMA at D=128 but lost
-# without it, and doubles the compiles of a budget-only run on Ada; warp specialization
-# and register caps won only within the noise.
+# without it, and doubles the compiles of a budget-only run on Ada; register caps won only
+# within the noise, and warp specialization compiles to the very binary without it (Triton
+# 3.6, 8 warps) or not at all (4 warps).
 DEFAULT_SPACE = {
     "block_m": (16, 32, 64, 128, 256),
     "block_n": (16, 32, 64, 128, 256),

@@ -174,9 +174,14 @@ def _cache_path(task: CompileTask) -> Path:
     # The device code alone: editing the launcher must not throw the cache away.
     source = "".join(inspect.getsource(f.fn) for f in (flash_fwd._attend_tiles, flash_fwd._attend_query_tile,
                                                         flash_fwd._flash_fwd_kernel)).encode()
-    blob = repr((triton.__version__, task.capability, task.via_jit, task.config, signature, sorted(constexprs.items()),
+    blob = repr((BINARY_KEY, triton.__version__, task.capability, task.via_jit, task.config, signature,
+                 sorted(constexprs.items()),
                  sorted(attrs.items()), sorted(COMPILE_OPTIONS.items()))).encode() + source
     return cache_dir() / f"{hashlib.sha256(blob).hexdigest()[:32]}.json"
+
+
+# Bumped when what ``CompileInfo.binary`` covers changes, so cached entries are not reused.
+BINARY_KEY = "binary+launch-grid"
 
 
 def _read_cache(path: Path) -> CompileInfo | None:
@@ -230,7 +235,10 @@ def _compile_uncached(task: CompileTask) -> CompileInfo:
         return CompileInfo(error=f"{type(exc).__name__}: {message[-1] if message else ''}"[:500])
     cubin = compiled.asm["cubin"]
     registers, stack, static_shared = read_resource_usage(cubin)
-    binary = hashlib.sha256(cubin + repr((compiled.metadata.shared, config.num_warps)).encode()).hexdigest()[:20]
+    # "Same binary" means same timings only with the same launch: the warps, and the persistent
+    # grid's programs per SM (1 and 2 compile to one cubin and launch different grids).
+    launch = repr((compiled.metadata.shared, config.num_warps, config.persistent)).encode()
+    binary = hashlib.sha256(cubin + launch).hexdigest()[:20]
     return CompileInfo(shared_bytes=int(compiled.metadata.shared), static_shared_bytes=static_shared,
                        registers=registers, spill_bytes=stack, binary=binary)
 
