@@ -428,7 +428,7 @@ class LaunchPlan:
             interpreter, where every call goes through the JIT.
     """
 
-    def __init__(self, kernel, launch: dict, q, k, v, causal: bool, out, lse, programs_per_sm: int = 0):
+    def __init__(self, kernel, launch: dict, q, k, v, causal: bool, out, lse):
         batch, heads = q.shape[0], 1 if q.ndim == 3 else q.shape[1]
         n_q, n_k, head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
         self.kernel, self.launch, self.causal = kernel, launch, causal

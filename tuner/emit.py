@@ -77,11 +77,12 @@ def select(rows: list[Result], verdicts: dict[str, ShapeVerdict], top: int) -> l
             for index, key in enumerate(verdict.kept):
                 row = next(r for r in timed[key] if r.shape == shape)
                 timing = verdict.ranked[index]
+                flash, cudnn = verdict.sdpa_ms(row)
                 entry(key).notes.append(
                     f"{'best' if index == 0 else 'kept'} for {shape}: {timing.median:.4f} ms (median of "
                     f"{len(timing.times)} rounds), {row.tflops * row.ms / timing.median:.0f} TFLOP/s, "
-                    f"{pct(100 * (verdict.flash_ms or row.flash_ms or 0) / timing.median or None)} of SDPA-flash, "
-                    f"{pct(100 * (verdict.cudnn_ms or row.cudnn_ms or 0) / timing.median or None)} of SDPA-cuDNN"
+                    f"{pct(flash and 100 * flash / timing.median)} of SDPA-flash, "
+                    f"{pct(cudnn and 100 * cudnn / timing.median)} of SDPA-cuDNN"
                     f"{' (SDPA re-timed in the same rounds)' * bool(verdict.cudnn_ms)}; {verdict.sentence()}")
                 entries[key].wins += index == 0
             continue
@@ -153,12 +154,7 @@ def triton_config(config: Config) -> str:
     """``config`` as the ``triton.Config(...)`` source of an autotune list: tiles and the knob
     constexprs set (TMA, WARP_SPEC, PERSISTENT) as kwargs, the launch options and maxnreg after."""
     kwargs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n}
-    if config.tma:
-        kwargs["TMA"] = True
-    if config.warp_specialize:
-        kwargs["WARP_SPEC"] = True
-    if config.persistent:
-        kwargs["PERSISTENT"] = config.persistent
+    kwargs |= {name: value for name, value in config.constexprs().items() if value}
     text = ", ".join(f'"{name}": {value}' for name, value in kwargs.items())
     cap = f", maxnreg={config.maxnreg}" if config.maxnreg else ""
     return f"triton.Config({{{text}}}, num_warps={config.num_warps}, num_stages={config.num_stages}{cap})"

@@ -69,6 +69,11 @@ class ShapeVerdict:
     flash_ms: float | None = None       # SDPA's backends, median over the same rounds (None: not re-timed)
     cudnn_ms: float | None = None
 
+    def sdpa_ms(self, row: Result) -> tuple[float | None, float | None]:
+        """(flash, cuDNN) ms to compare this shape's re-timed finalists with: SDPA re-timed in
+        the same rounds where it was, else ``row``'s start-of-run baseline."""
+        return self.flash_ms or row.flash_ms, self.cudnn_ms or row.cudnn_ms
+
     @property
     def winner(self) -> FinalistTiming:
         return self.ranked[0]

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from kernel.timing import attention_flops
 from tuner.gpus import GpuSpec
@@ -43,9 +43,7 @@ class RunContext:
 
 def config_columns(config: Config) -> dict:
     """The result table's config columns: its key, tiles, launch options and knobs."""
-    return dict(config=config.key, block_m=config.block_m, block_n=config.block_n, num_warps=config.num_warps,
-                num_stages=config.num_stages, tma=config.tma, warp_specialize=config.warp_specialize,
-                maxnreg=config.maxnreg, persistent=config.persistent)
+    return {"config": config.key, **asdict(config)}        # Config's fields are the column names
 
 
 def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, reason: str, fields: dict,

@@ -105,9 +105,7 @@ def summary(ctx: RunContext, rows: list[Result], counts: Counter, clock: Clock |
         for shape, best in winners.items():
             verdict = verdicts.get(shape)
             ms = verdict.winner.median if verdict else best.ms
-            # a re-timed winner is compared with SDPA re-timed in the same rounds, where it was
-            flash = verdict.flash_ms if verdict and verdict.flash_ms else best.flash_ms
-            cudnn = verdict.cudnn_ms if verdict and verdict.cudnn_ms else best.cudnn_ms
+            flash, cudnn = verdict.sdpa_ms(best) if verdict else (best.flash_ms, best.cudnn_ms)
             lines.append(f"{shape:<40} {best.config:<16} {ms:>8.4f} {best.tflops * best.ms / ms:>8.0f} "
                          f"{fmt(flash and 100 * flash / ms, '.0f'):>8} "
                          f"{fmt(cudnn and 100 * cudnn / ms, '.0f'):>8} "

@@ -46,6 +46,8 @@ ALLOWED_VALUES = {
 
 KNOBS = ("tma", "warp_specialize", "maxnreg", "persistent")
 PLAIN_KNOBS = {"tma": (False,), "warp_specialize": (False,), "maxnreg": (0,), "persistent": (0,)}
+# The knobs that are constexprs of the kernel, by their names there (maxnreg is a compile option).
+KNOB_CONSTEXPRS = {"tma": "TMA", "warp_specialize": "WARP_SPEC", "persistent": "PERSISTENT"}
 
 
 @dataclass(frozen=True, order=True)
@@ -78,7 +80,7 @@ class Config:
     @property
     def plain(self) -> bool:
         """No knob set: the kernel every Triton version and GPU runs."""
-        return not (self.tma or self.warp_specialize or self.maxnreg or self.persistent)
+        return not any(getattr(self, knob) for knob in KNOBS)
 
     @classmethod
     def parse(cls, text: str) -> Config:
@@ -115,24 +117,20 @@ class Config:
         """The config a ``triton.Config`` of an emitted autotune list stands for (BLOCK_M,
         BLOCK_N and the knob constexprs TMA, WARP_SPEC, PERSISTENT as kwargs; maxnreg)."""
         kwargs = config.kwargs
+        knobs = {knob: kwargs[name] for knob, name in KNOB_CONSTEXPRS.items() if name in kwargs}
         return cls(kwargs["BLOCK_M"], kwargs["BLOCK_N"], config.num_warps, config.num_stages,
-                   tma=kwargs.get("TMA", False), warp_specialize=kwargs.get("WARP_SPEC", False),
-                   maxnreg=config.maxnreg or 0, persistent=kwargs.get("PERSISTENT", 0))
+                   maxnreg=config.maxnreg or 0, **knobs)
+
+    def constexprs(self) -> dict:
+        """The kernel's knob constexprs for this config, by their kernel names (``TMA``, ...)."""
+        return {name: getattr(self, knob) for knob, name in KNOB_CONSTEXPRS.items()}
 
     def as_kwargs(self) -> dict:
         """Keyword arguments of ``kernel.flash_attn_fwd`` (knobs only when set, so a plain
         config calls the kernel exactly as before the knobs existed)."""
         kwargs: dict = dict(block_m=self.block_m, block_n=self.block_n, num_warps=self.num_warps,
                             num_stages=self.num_stages)
-        if self.tma:
-            kwargs["tma"] = True
-        if self.warp_specialize:
-            kwargs["warp_specialize"] = True
-        if self.maxnreg:
-            kwargs["maxnreg"] = self.maxnreg
-        if self.persistent:
-            kwargs["persistent"] = self.persistent
-        return kwargs
+        return kwargs | {knob: getattr(self, knob) for knob in KNOBS if getattr(self, knob)}
 
 
 def restriction(config: Config, head_dim: int) -> str | None:

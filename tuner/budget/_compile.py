@@ -115,7 +115,7 @@ def _knob_constexprs(config: Config | None) -> list[tuple[str, Any]]:
 
     if config is None:
         return list(KNOB_CONSTEXPRS)
-    values = {"TMA": config.tma, "WARP_SPEC": config.warp_specialize, "PERSISTENT": config.persistent}
+    values = config.constexprs()
     return [(name, values[name]) for name, _ in KNOB_CONSTEXPRS]
 
 
