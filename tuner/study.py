@@ -96,10 +96,7 @@ class Study:
 
     def allowed(self, config: Config, head_dim: int) -> bool:
         """Whether the study's own restrictions keep this config."""
-        names = dict(block_m=config.block_m, block_n=config.block_n, num_warps=config.num_warps,
-                     num_stages=config.num_stages, head_dim=head_dim, tma=int(config.tma),
-                     warp_specialize=int(config.warp_specialize), maxnreg=config.maxnreg,
-                     persistent=config.persistent)
+        names = {name: int(value) for name, value in asdict(config).items()} | {"head_dim": head_dim}
         return all(_evaluate(text, names) for text in self.restrictions)
 
     def configs(self) -> list[Config]:
