@@ -15,7 +15,7 @@ from tuner.study import StudyError, load, shipped
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["article", "head_dim_128", "long_context", "autotune_race"])
+@pytest.mark.parametrize("name", ["article", "head_dim_128", "long_context", "autotune_race", "hopper_knobs"])
 def test_shipped_studies_load(name):
     study = load(name)
     assert study.shapes and study.configs()
@@ -41,6 +41,14 @@ def test_article_study_is_the_article_table():
     assert len(study.space.all_configs()) == 1500
     assert sum(c.plain for c in study.space.all_configs()) == 750
     assert len(study.variants()) == 2     # one binary per causal flag for all four lengths
+
+
+def test_restrictions_can_name_the_knobs():
+    study = load("hopper_knobs")
+    configs = study.configs()
+    assert len(study.space.all_configs()) == 576 and len(configs) == 576 - 243     # 243 as the H200 grid stored
+    assert all(c.tma for c in configs if c.warp_specialize) and any(c.warp_specialize for c in configs)
+    assert all(c.block_m == 128 or c.num_warps == 4 for c in configs)
 
 
 def test_a_plain_study_keeps_its_fingerprint_from_before_the_knobs():
