@@ -6,7 +6,8 @@ Public API:
     flash_attention(q, k, v, causal=False) -> out   (autograd op: both kernels)
 """
 
-from kernel.flash_bwd import FlashAttention, flash_attention, flash_attn_bwd
+from kernel.bwd_launch import FlashAttention, default_bwd_config, flash_attention, flash_attn_bwd
+from kernel.flash_bwd import BwdConfig
 from kernel.flash_fwd import (
     AUTOTUNE_KEY,
     COMPILE_OPTIONS,
@@ -23,7 +24,7 @@ from kernel.flash_fwd import (
 from kernel.reference import attention_reference, flash_attn_tiled_reference
 
 __all__ = [
-    "AUTOTUNE_KEY", "COMPILE_OPTIONS", "DTYPES", "HEAD_DIMS", "FlashAttention", "LaunchPlan", "LaunchShape",
-    "attention_reference", "default_config", "flash_attention", "flash_attn_bwd", "flash_attn_fwd",
-    "flash_attn_tiled_reference", "interpreting", "kernel_arguments", "plan_for",
+    "AUTOTUNE_KEY", "COMPILE_OPTIONS", "DTYPES", "HEAD_DIMS", "BwdConfig", "FlashAttention", "LaunchPlan",
+    "LaunchShape", "attention_reference", "default_bwd_config", "default_config", "flash_attention", "flash_attn_bwd",
+    "flash_attn_fwd", "flash_attn_tiled_reference", "interpreting", "kernel_arguments", "plan_for",
 ]

@@ -1,222 +1,392 @@
 """FlashAttention-2 backward in Triton, and the autograd op that joins it to the forward.
 
-Read top to bottom: the two kernels, the launcher, the autograd op. The forward
+Read top to bottom: the kernels, the description of their arguments (shared by the
+launcher and the tuner's cross-compiler), the checks, the launcher. The forward
 (:mod:`kernel.flash_fwd`) stores ``lse``, the natural-log logsumexp of each row of
 scaled scores, so the backward recomputes the probabilities tile by tile,
-``P = exp(S - lse)``, instead of storing them. With ``delta = rowsum(dO * O)`` (one
-number per query row, computed first):
+``P = exp(S - lse)`` (as ``exp2`` with ``scale * log2(e)`` folded into one multiply-add),
+instead of storing them. With ``delta = rowsum(dO * O)``:
 
     dV = P^T dO        dP = dO V^T        dS = P * (dP - delta)
     dK = scale * dS^T Q                   dQ = scale * dS K
 
-Two passes, so that no program writes where another one does: ``_bwd_kv_kernel`` owns a
-key tile and walks the query tiles that see it (dK, dV); ``_bwd_q_kernel`` owns a query
-tile and walks its key tiles (dQ). Conventions are the forward's: ``[B, H, N, D]`` or
-``[B, N, D]``, causal is top-left (key ``j`` is seen by query ``i`` when ``j <= i``), and a
-row with no valid key (``lse = -inf``, only when N_k == 0) gets zero gradients, never NaN.
-Copy this file together with ``flash_fwd.py``.
+Three kernels: ``bwd_preprocess_kernel`` computes delta (and zeroes the fp32 dQ
+accumulator where dQ is accumulated); ``bwd_kv_kernel`` owns a key tile and walks the
+query tiles that see it (dK, dV); dQ is made one of three ways (``dq_mode``):
+
+* ``"pass"``: a second kernel, ``bwd_q_kernel``, owns a query tile and walks its key
+  tiles (7 matmuls per tile pair in all, nobody writes where another program does);
+* ``"atomic"``: the dK/dV kernel adds each tile pair's dS K into an fp32 buffer with
+  ``tl.atomic_add`` (5 matmuls), and ``bwd_dq_finish_kernel`` scales and casts it;
+* ``"tma"``: as ``"atomic"``, by the copy engine's reduce-add through a tensor
+  descriptor (Hopper and later).
+
+Padded rows never need a score mask: a key row past N_k is loaded as zeros, so its
+dS K and P dO terms vanish; a query row past N_q has dO = 0 and delta = 0, so its dS
+and P^T dO terms vanish too. Only tiles on the causal diagonal mask scores, and only
+the ragged last tiles mask their loads. Conventions are the forward's: ``[B, H, N, D]``
+or ``[B, N, D]``, causal is top-left (key ``j`` is seen by query ``i`` when ``j <= i``),
+and a row with no valid key (only when N_k == 0) gets zero gradients, never NaN.
+Copy this file with ``flash_fwd.py`` and ``bwd_launch.py`` (the launcher, its launch plans and the
+autograd op).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-import torch
 import triton
 import triton.language as tl
 
-from kernel.flash_fwd import _check_inputs, flash_attn_fwd
+LOG2E = 1.4426950408889634
+DQ_MODES = ("pass", "atomic", "tma")
+PREPROCESS_BLOCK = 64          # query rows per program of the preprocess and dQ-finish kernels
 
 # ----------------------------------------------------------------------------- kernels
 
 
 @triton.jit
-def _load_rows(base, index, stride, offs_d, n):
-    """Rows ``index`` of an [n, D] matrix at ``base`` with row stride ``stride``; zeros past ``n``."""
-    return tl.load(base + index[:, None] * stride + offs_d[None, :], mask=index[:, None] < n, other=0.0)
-
-
-@triton.jit
-def _row_stats(LSE, DELTA, pid_bh, rows, N_Q):
-    """The forward's lse and the precomputed delta = rowsum(dO * O) of query ``rows``."""
-    first = pid_bh.to(tl.int64) * N_Q
-    return (tl.load(LSE + first + rows, mask=rows < N_Q, other=0.0),
-            tl.load(DELTA + first + rows, mask=rows < N_Q, other=0.0))
-
-
-@triton.jit
-def _probabilities(q, k, lse, rows, cols, N_Q, N_K, sm_scale, CAUSAL: tl.constexpr):
-    """P = exp(scale * q k^T - lse) on one [BLOCK_M, BLOCK_N] tile, 0 where masked."""
-    qk = tl.dot(q, tl.trans(k)) * sm_scale                                # [BLOCK_M, BLOCK_N] fp32
-    keep = (rows[:, None] < N_Q) & (cols[None, :] < N_K) & (lse[:, None] != float("-inf"))
-    if CAUSAL:
-        keep = keep & (cols[None, :] <= rows[:, None])
-    return tl.where(keep, tl.exp(qk - lse[:, None]), 0.0)
-
-
-@triton.jit
-def _bwd_kv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV,
-    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
-    stride_ob, stride_oh, stride_om, stride_kgb, stride_kgh, stride_kgn, stride_vgb, stride_vgh, stride_vgn,
-    H, N_Q, N_K, sm_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-):
+def bwd_preprocess_kernel(OUT, DO, DELTA, DQ_ACC, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+                          H, N_Q, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, ZERO_DQ: tl.constexpr):
+    """delta = rowsum(dO * O) in fp32 for BLOCK query rows; with ZERO_DQ, their fp32 dQ accumulator = 0."""
     pid_bh = tl.program_id(1)
-    batch = (pid_bh // H).to(tl.int64)
-    head = (pid_bh % H).to(tl.int64)
-    start_n = tl.program_id(0) * BLOCK_N
-    cols = start_n + tl.arange(0, BLOCK_N)                                # [BLOCK_N] keys of this program
-    offs_m = tl.arange(0, BLOCK_M)
+    batch, head = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)                   # [BLOCK]
     offs_d = tl.arange(0, HEAD_DIM)
-    q_base = Q + batch * stride_qb + head * stride_qh
-    do_base = DO + batch * stride_ob + head * stride_oh
-    k = _load_rows(K + batch * stride_kb + head * stride_kh, cols, stride_kn, offs_d, N_K)   # [BLOCK_N, D]
-    v = _load_rows(V + batch * stride_vb + head * stride_vh, cols, stride_vn, offs_d, N_K)   # [BLOCK_N, D]
+    valid = rows[:, None] < N_Q
+    o = tl.load(OUT + batch * stride_ob + head * stride_oh + rows[:, None] * stride_om + offs_d[None, :], mask=valid,
+                other=0.0)
+    do = tl.load(DO + batch * stride_dob + head * stride_doh + rows[:, None] * stride_dom + offs_d[None, :],
+                 mask=valid, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)               # [BLOCK]
+    tl.store(DELTA + pid_bh.to(tl.int64) * N_Q + rows, delta, mask=rows < N_Q)
+    if ZERO_DQ:
+        first = pid_bh.to(tl.int64) * N_Q * HEAD_DIM
+        tl.store(DQ_ACC + first + rows[:, None] * HEAD_DIM + offs_d[None, :],
+                 tl.zeros([BLOCK, HEAD_DIM], dtype=tl.float32), mask=valid)
+
+
+@triton.jit
+def _rows_source(base, stride_row, n_rows, offs_rows, offs_d, BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 TMA: tl.constexpr):
+    """Where a loop reads BLOCK-row tiles of one head's [n_rows, D] matrix: a TMA descriptor (rows
+    past n_rows come back as zeros) or the row pointers of the tile at row 0."""
+    if TMA:
+        src = tl.make_tensor_descriptor(base, shape=[n_rows, HEAD_DIM], strides=[stride_row, 1],
+                                        block_shape=[BLOCK, HEAD_DIM])
+    else:
+        src = base + offs_rows[:, None] * stride_row + offs_d[None, :]
+    return src
+
+
+@triton.jit
+def _load_tile(src, start, stride_row, offs_rows, n_rows, MASKED: tl.constexpr, TMA: tl.constexpr):
+    """The tile of rows [start, start + BLOCK) from :func:`_rows_source`; zeros past n_rows."""
+    if TMA:
+        tile = src.load([start, 0])
+    elif MASKED:
+        tile = tl.load(src + start * stride_row, mask=(start + offs_rows)[:, None] < n_rows, other=0.0)
+    else:
+        tile = tl.load(src + start * stride_row)
+    return tile
+
+
+@triton.jit
+def _kv_steps(dk, dv, k, v, q_src, do_src, LSE, DELTA, DQ, stride_qm, stride_dom, stride_dqm, start, stop,
+              offs_n, offs_m, offs_d, N_Q, qk_scale,
+              BLOCK_M: tl.constexpr, DIAGONAL: tl.constexpr, DQ_MODE: tl.constexpr, TMA: tl.constexpr):
+    """Fold query tiles [start, stop) into this key tile's dK and dV (transposed: keys down, queries
+    across, so P^T and dS^T are the A operands of their products without a transpose). DIAGONAL
+    tiles mask the scores above the causal diagonal; every load is masked past N_Q."""
+    for start_m in range(start, stop, BLOCK_M):
+        rows = start_m + offs_m                                             # [BLOCK_M]
+        q = _load_tile(q_src, start_m, stride_qm, offs_m, N_Q, True, TMA)         # [BLOCK_M, D]
+        do = _load_tile(do_src, start_m, stride_dom, offs_m, N_Q, True, TMA)      # [BLOCK_M, D]
+        lse = tl.load(LSE + rows, mask=rows < N_Q, other=0.0) * 1.4426950408889634   # [BLOCK_M], log2 units
+        delta = tl.load(DELTA + rows, mask=rows < N_Q, other=0.0)
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])      # [BLOCK_N, BLOCK_M]
+        if DIAGONAL:
+            p_t = tl.where(offs_n[:, None] <= rows[None, :], p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)                               # [BLOCK_N, D]
+        ds_t = (p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])).to(q.dtype)     # [BLOCK_N, BLOCK_M]
+        dk = tl.dot(ds_t, q, dk)                                            # [BLOCK_N, D]
+        if DQ_MODE == 1:        # atomic: this pair's dS K into the fp32 accumulator
+            dq = tl.dot(tl.trans(ds_t), k)                                  # [BLOCK_M, D]
+            tl.atomic_add(DQ + rows[:, None] * stride_dqm + offs_d[None, :], dq, mask=rows[:, None] < N_Q,
+                          sem="relaxed")
+        elif DQ_MODE == 2:      # tma: the copy engine adds the tile (rows past N_Q are clipped)
+            DQ.atomic_add([start_m, 0], tl.dot(tl.trans(ds_t), k))
+    return dk, dv
+
+
+@triton.jit
+def _bwd_kv_tile(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, tile_n, pid_bh,
+                 stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+                 stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn,
+                 stride_dvb, stride_dvh, stride_dvn, H, N_Q, N_K, qk_scale, sm_scale,
+                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                 DQ_MODE: tl.constexpr, TMA: tl.constexpr):
+    """dK and dV of one key tile of one (batch, head), and with DQ_MODE its share of dQ."""
+    batch, head = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    start_n = tile_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)                               # [BLOCK_N] keys of this tile
+    offs_m, offs_d = tl.arange(0, BLOCK_M), tl.arange(0, HEAD_DIM)
+    key_ok = offs_n[:, None] < N_K
+    k = tl.load(K + batch * stride_kb + head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
+                mask=key_ok, other=0.0)                                     # [BLOCK_N, D]
+    v = tl.load(V + batch * stride_vb + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
+                mask=key_ok, other=0.0)                                     # [BLOCK_N, D]
+    q_src = _rows_source(Q + batch * stride_qb + head * stride_qh, stride_qm, N_Q, offs_m, offs_d, BLOCK_M,
+                         HEAD_DIM, TMA)
+    do_src = _rows_source(DO + batch * stride_dob + head * stride_doh, stride_dom, N_Q, offs_m, offs_d, BLOCK_M,
+                          HEAD_DIM, TMA)
+    row_stats = pid_bh.to(tl.int64) * N_Q
+    dq = DQ + row_stats * HEAD_DIM                                          # this head's contiguous fp32 dQ
+    if DQ_MODE == 2:
+        dq = tl.make_tensor_descriptor(dq, shape=[N_Q, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, HEAD_DIM])
+    # Query tiles in two runs: those on the causal diagonal (scores masked), then the rest (loads
+    # masked, for the ragged last tile). Query rows before the key tile never see it.
+    if CAUSAL:
+        lo = (start_n // BLOCK_M) * BLOCK_M
+        mid = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, tl.cdiv(N_Q, BLOCK_M) * BLOCK_M)
+    else:
+        lo, mid = 0, 0
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    # Causal: query rows before this tile's first key never see it.
-    first = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0
-    for start_m in range(first, N_Q, BLOCK_M):
-        rows = start_m + offs_m                                           # [BLOCK_M]
-        q = _load_rows(q_base, rows, stride_qm, offs_d, N_Q)              # [BLOCK_M, D]
-        do = _load_rows(do_base, rows, stride_om, offs_d, N_Q)            # [BLOCK_M, D]
-        lse, delta = _row_stats(LSE, DELTA, pid_bh, rows, N_Q)            # [BLOCK_M] each
-        p = _probabilities(q, k, lse, rows, cols, N_Q, N_K, sm_scale, CAUSAL)  # [BLOCK_M, BLOCK_N]
-        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)                    # [BLOCK_N, D]
-        dp = tl.dot(do, tl.trans(v))                                      # [BLOCK_M, BLOCK_N]
-        ds = p * (dp - delta[:, None])
-        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)                     # [BLOCK_N, D]
-    dk = dk * sm_scale
-    col_ok = cols[:, None] < N_K
-    tl.store(DK + batch * stride_kgb + head * stride_kgh + cols[:, None] * stride_kgn + offs_d[None, :],
-             dk.to(DK.dtype.element_ty), mask=col_ok)
-    tl.store(DV + batch * stride_vgb + head * stride_vgh + cols[:, None] * stride_vgn + offs_d[None, :],
-             dv.to(DV.dtype.element_ty), mask=col_ok)
+    dk, dv = _kv_steps(dk, dv, k, v, q_src, do_src, LSE + row_stats, DELTA + row_stats, dq, stride_qm, stride_dom,
+                       HEAD_DIM, lo, mid, offs_n, offs_m, offs_d, N_Q, qk_scale,
+                       BLOCK_M, CAUSAL, DQ_MODE, TMA)
+    dk, dv = _kv_steps(dk, dv, k, v, q_src, do_src, LSE + row_stats, DELTA + row_stats, dq, stride_qm, stride_dom,
+                       HEAD_DIM, mid, N_Q, offs_n, offs_m, offs_d, N_Q, qk_scale,
+                       BLOCK_M, False, DQ_MODE, TMA)
+    tl.store(DK + batch * stride_dkb + head * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :],
+             (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok)
+    tl.store(DV + batch * stride_dvb + head * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :],
+             dv.to(DV.dtype.element_ty), mask=key_ok)
+
+
+# BH (batch x heads) only bounds the persistent loop: specialising on it would give the tuner's
+# ragged gate shapes another binary than the timed one (as in the forward).
+UNSPECIALISED = ("BH",)
+
+
+@triton.jit(do_not_specialize=list(UNSPECIALISED))
+def bwd_kv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, DQ,
+                  stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+                  stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn,
+                  stride_dvb, stride_dvh, stride_dvn, H, BH, N_Q, N_K, qk_scale, sm_scale,
+                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                  DQ_MODE: tl.constexpr = 0, TMA: tl.constexpr = False, PERSISTENT: tl.constexpr = 0):
+    # Causal key tiles near the start are seen by the most queries: they go first (program 0 is
+    # the first key tile), so the last wave of programs is short.
+    if PERSISTENT > 0:
+        tiles_n = tl.cdiv(N_K, BLOCK_N)
+        for tile in tl.range(tl.program_id(0), tiles_n * BH, tl.num_programs(0)):
+            _bwd_kv_tile(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, tile // BH if CAUSAL else tile % tiles_n,
+                         tile % BH if CAUSAL else tile // tiles_n,
+                         stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh,
+                         stride_vn, stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn,
+                         stride_dvb, stride_dvh, stride_dvn, H, N_Q, N_K, qk_scale, sm_scale,
+                         HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, DQ_MODE, TMA)
+    else:
+        _bwd_kv_tile(Q, K, V, DO, LSE, DELTA, DK, DV, DQ, tl.program_id(0), tl.program_id(1),
+                     stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+                     stride_dob, stride_doh, stride_dom, stride_dkb, stride_dkh, stride_dkn,
+                     stride_dvb, stride_dvh, stride_dvn, H, N_Q, N_K, qk_scale, sm_scale,
+                     HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, DQ_MODE, TMA)
 
 
 @triton.jit
-def _bwd_q_kernel(
-    Q, K, V, DO, LSE, DELTA, DQ,
-    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
-    stride_ob, stride_oh, stride_om, stride_qgb, stride_qgh, stride_qgm,
-    H, N_Q, N_K, sm_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-):
+def _q_steps(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, start, stop, rows, offs_n, N_K, qk_scale,
+             BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr):
+    """Fold key tiles [start, stop) into this query tile's dQ (without the final scale)."""
+    for start_n in range(start, stop, BLOCK_N):
+        k = _load_tile(k_src, start_n, stride_kn, offs_n, N_K, MASKED, TMA)      # [BLOCK_N, D]
+        v = _load_tile(v_src, start_n, stride_vn, offs_n, N_K, MASKED, TMA)      # [BLOCK_N, D]
+        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])       # [BLOCK_M, BLOCK_N]
+        if MASKED and CAUSAL:
+            p = tl.where((start_n + offs_n)[None, :] <= rows[:, None], p, 0.0)
+        ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])                     # [BLOCK_M, BLOCK_N]
+        dq = tl.dot(ds.to(k.dtype), k, dq)                                       # [BLOCK_M, D]
+    return dq
+
+
+@triton.jit
+def bwd_q_kernel(Q, K, V, DO, LSE, DELTA, DQ,
+                 stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+                 stride_dob, stride_doh, stride_dom, stride_dqb, stride_dqh, stride_dqm, H, N_Q, N_K, qk_scale,
+                 sm_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 CAUSAL: tl.constexpr, TMA: tl.constexpr = False):
+    """dQ of one query tile of one (batch, head): the ``"pass"`` dq_mode."""
     pid_bh = tl.program_id(1)
-    batch = (pid_bh // H).to(tl.int64)
-    head = (pid_bh % H).to(tl.int64)
-    start_m = tl.program_id(0) * BLOCK_M
-    rows = start_m + tl.arange(0, BLOCK_M)                                # [BLOCK_M] queries of this program
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    k_base = K + batch * stride_kb + head * stride_kh
-    v_base = V + batch * stride_vb + head * stride_vh
-    q = _load_rows(Q + batch * stride_qb + head * stride_qh, rows, stride_qm, offs_d, N_Q)   # [BLOCK_M, D]
-    do = _load_rows(DO + batch * stride_ob + head * stride_oh, rows, stride_om, offs_d, N_Q)  # [BLOCK_M, D]
-    lse, delta = _row_stats(LSE, DELTA, pid_bh, rows, N_Q)                # [BLOCK_M] each
+    batch, head = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    # Causal query tiles near the end see the most keys: they go first, so the last wave is short.
+    tile_m = tl.num_programs(0) - 1 - tl.program_id(0) if CAUSAL else tl.program_id(0)
+    start_m = tile_m * BLOCK_M
+    rows = start_m + tl.arange(0, BLOCK_M)                                  # [BLOCK_M] queries of this tile
+    offs_n, offs_d = tl.arange(0, BLOCK_N), tl.arange(0, HEAD_DIM)
+    row_ok = rows[:, None] < N_Q
+    q = tl.load(Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qm + offs_d[None, :], mask=row_ok,
+                other=0.0)                                                  # [BLOCK_M, D]
+    do = tl.load(DO + batch * stride_dob + head * stride_doh + rows[:, None] * stride_dom + offs_d[None, :],
+                 mask=row_ok, other=0.0)                                    # [BLOCK_M, D]
+    first = pid_bh.to(tl.int64) * N_Q
+    lse = tl.load(LSE + first + rows, mask=rows < N_Q, other=0.0) * 1.4426950408889634   # log2 units
+    delta = tl.load(DELTA + first + rows, mask=rows < N_Q, other=0.0)
+    k_src = _rows_source(K + batch * stride_kb + head * stride_kh, stride_kn, N_K, offs_n, offs_d, BLOCK_N,
+                         HEAD_DIM, TMA)
+    v_src = _rows_source(V + batch * stride_vb + head * stride_vh, stride_vn, N_K, offs_n, offs_d, BLOCK_N,
+                         HEAD_DIM, TMA)
+    # Key tiles [0, full) need no mask; [full, stop) hold the causal diagonal or the ragged last tile.
+    if CAUSAL:
+        stop = tl.minimum(N_K, start_m + BLOCK_M)
+        full = (tl.minimum(N_K, start_m + 1) // BLOCK_N) * BLOCK_N
+    else:
+        stop = N_K
+        full = (N_K // BLOCK_N) * BLOCK_N
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    # Causal: keys after this tile's last query are never seen.
-    key_stop = tl.minimum(N_K, start_m + BLOCK_M) if CAUSAL else N_K
-    for start_n in range(0, key_stop, BLOCK_N):
-        cols = start_n + offs_n                                           # [BLOCK_N]
-        k = _load_rows(k_base, cols, stride_kn, offs_d, N_K)              # [BLOCK_N, D]
-        v = _load_rows(v_base, cols, stride_vn, offs_d, N_K)              # [BLOCK_N, D]
-        p = _probabilities(q, k, lse, rows, cols, N_Q, N_K, sm_scale, CAUSAL)  # [BLOCK_M, BLOCK_N]
-        dp = tl.dot(do, tl.trans(v))                                      # [BLOCK_M, BLOCK_N]
-        ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq)                                # [BLOCK_M, D]
-    dq = dq * sm_scale
-    tl.store(DQ + batch * stride_qgb + head * stride_qgh + rows[:, None] * stride_qgm + offs_d[None, :],
-             dq.to(DQ.dtype.element_ty), mask=rows[:, None] < N_Q)
+    dq = _q_steps(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, 0, full, rows, offs_n, N_K, qk_scale,
+                  BLOCK_N, False, CAUSAL, TMA)
+    dq = _q_steps(dq, q, do, lse, delta, k_src, v_src, stride_kn, stride_vn, full, stop, rows, offs_n, N_K, qk_scale,
+                  BLOCK_N, True, CAUSAL, TMA)
+    tl.store(DQ + batch * stride_dqb + head * stride_dqh + rows[:, None] * stride_dqm + offs_d[None, :],
+             (dq * sm_scale).to(DQ.dtype.element_ty), mask=row_ok)
 
 
-# ----------------------------------------------------------------------------- launcher
+@triton.jit
+def bwd_dq_finish_kernel(DQ_ACC, DQ, stride_dqb, stride_dqh, stride_dqm, H, N_Q, sm_scale,
+                         HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """dQ = scale * the fp32 accumulator, cast to the inputs' dtype (the atomic dq_modes)."""
+    pid_bh = tl.program_id(1)
+    batch, head = (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    valid = rows[:, None] < N_Q
+    acc = tl.load(DQ_ACC + pid_bh.to(tl.int64) * N_Q * HEAD_DIM + rows[:, None] * HEAD_DIM + offs_d[None, :],
+                  mask=valid, other=0.0)
+    tl.store(DQ + batch * stride_dqb + head * stride_dqh + rows[:, None] * stride_dqm + offs_d[None, :],
+             (acc * sm_scale).to(DQ.dtype.element_ty), mask=valid)
 
 
-def _four_dims(t: torch.Tensor) -> torch.Tensor:
-    """[B, N, D] as [B, 1, N, D]; the last dim made unit-stride (the kernels assume it)."""
-    t = t.unsqueeze(1) if t.ndim == 3 else t
-    return t if t.stride(-1) == 1 else t.contiguous()
+# ------------------------------------------- the kernels' arguments, shared with the tuner
 
 
-def _strides(t: torch.Tensor) -> tuple[int, int, int]:
-    return t.stride(0), t.stride(1), t.stride(2)
+@dataclass(frozen=True)
+class BwdShape:
+    """Everything about a backward launch that the JIT specialises on, except the pointers.
 
-
-def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                   lse: torch.Tensor, causal: bool = False, *, block_m: int = 64, block_n: int = 64,
-                   num_warps: int = 4, num_stages: int = 1, block_m_q: int | None = None,
-                   block_n_q: int | None = None):
-    """Gradients of ``out = attention(q, k, v)`` given ``dout``, from the forward's ``out`` and ``lse``.
-
-    Args:
-        dout: the gradient of ``out``, like ``q``.
-        q, k, v, out, lse: the forward's inputs and outputs (:func:`kernel.flash_attn_fwd`).
-        causal: as in the forward.
-        block_m, block_n: the dK/dV pass's query and key tiles (powers of two >= 16).
-        block_m_q, block_n_q: the dQ pass's tiles (default: those of the dK/dV pass).
-        num_warps, num_stages: Triton launch options of both passes.
-
-    Returns:
-        ``(dq, dk, dv)``, like ``q``, ``k`` and ``v``.
-
-    Raises:
-        TypeError, ValueError: a bad input or config; the message names it.
+    Strides are (batch, head, row) in elements, for q, k, v, dout, dq, dk and dv; the
+    head dimension's stride is 1 (the launcher makes it so).
     """
-    _check_inputs(q, k, v, causal)
-    for name, t in (("dout", dout), ("out", out)):
-        if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name} must be like q ({tuple(q.shape)}, {q.dtype}, {q.device}); got "
-                             f"{getattr(t, 'shape', type(t).__name__)}")
-    if not isinstance(lse, torch.Tensor) or lse.shape != q.shape[:-1] or lse.dtype != torch.float32:
-        raise ValueError(f"lse must be float32 {tuple(q.shape[:-1])}; got {getattr(lse, 'shape', lse)}")
-    block_m_q, block_n_q = block_m_q or block_m, block_n_q or block_n
-    for name, value in (("block_m", block_m), ("block_n", block_n), ("block_m_q", block_m_q),
-                        ("block_n_q", block_n_q)):
-        if value < 16 or value & (value - 1):
-            raise ValueError(f"{name}={value} must be a power of two >= 16")
-    q4, k4, v4, o4, do4 = (_four_dims(t) for t in (q, k, v, out, dout))
-    batch, heads, n_q, head_dim = q4.shape
-    n_k = k4.shape[2]
-    delta = (do4.float() * o4.float()).sum(-1).contiguous()              # [B, H, N_q] fp32
-    lse4 = _four_dims(lse.unsqueeze(-1)).squeeze(-1).contiguous()        # [B, H, N_q]
-    dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
+
+    batch: int
+    heads: int
+    n_q: int
+    n_k: int
+    head_dim: int
+    q: tuple[int, int, int]
+    k: tuple[int, int, int]
+    v: tuple[int, int, int]
+    do: tuple[int, int, int]
+    dq: tuple[int, int, int]
+    dk: tuple[int, int, int]
+    dv: tuple[int, int, int]
+    o: tuple[int, int, int]
+
+    @classmethod
+    def contiguous(cls, batch: int, heads: int, n_q: int, n_k: int, head_dim: int) -> BwdShape:
+        """The shape of contiguous [B, H, N, D] tensors, as the tuner assumes."""
+        q = (heads * n_q * head_dim, n_q * head_dim, head_dim)
+        k = (heads * n_k * head_dim, n_k * head_dim, head_dim)
+        return cls(batch, heads, n_q, n_k, head_dim, q, k, k, q, q, k, k, q)
+
+
+def _scales(head_dim: int) -> tuple[float, float]:
     sm_scale = 1.0 / math.sqrt(head_dim)
-    common = (*_strides(q4), *_strides(k4), *_strides(v4), *_strides(do4))
-    options = dict(HEAD_DIM=head_dim, CAUSAL=causal, num_warps=num_warps, num_stages=num_stages)
-    if n_k:
-        _bwd_kv_kernel[(triton.cdiv(n_k, block_n), batch * heads)](
-            q4, k4, v4, do4, lse4, delta, dk, dv, *common, *_strides(dk), *_strides(dv),
-            heads, n_q, n_k, sm_scale, BLOCK_M=block_m, BLOCK_N=block_n, **options)
-    if n_q:
-        _bwd_q_kernel[(triton.cdiv(n_q, block_m_q), batch * heads)](
-            q4, k4, v4, do4, lse4, delta, dq, *common, *_strides(dq),
-            heads, n_q, n_k, sm_scale, BLOCK_M=block_m_q, BLOCK_N=block_n_q, **options)
-    shaped = [t.squeeze(1) if q.ndim == 3 else t for t in (dq, dk, dv)]
-    return tuple(shaped)
+    return sm_scale * LOG2E, sm_scale
 
 
-# ----------------------------------------------------------------------------- autograd
+def preprocess_arguments(pointers: Sequence[Any], shape: BwdShape) -> list[tuple[str, Any]]:
+    """``bwd_preprocess_kernel``'s runtime arguments, (name, value); pointers (out, dout, delta, dq_acc)."""
+    return [("OUT", pointers[0]), ("DO", pointers[1]), ("DELTA", pointers[2]), ("DQ_ACC", pointers[3]),
+            *zip(("stride_ob", "stride_oh", "stride_om"), shape.o),
+            *zip(("stride_dob", "stride_doh", "stride_dom"), shape.do), ("H", shape.heads), ("N_Q", shape.n_q)]
 
 
-class FlashAttention(torch.autograd.Function):
-    """``out = softmax(q k^T / sqrt(D)) v`` with the FA2 forward and backward kernels."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal=False):
-        out, lse = flash_attn_fwd(q, k, v, causal)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal = causal
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = flash_attn_bwd(grad_out.contiguous(), q, k, v, out, lse, ctx.causal)
-        return dq, dk, dv, None
+def kv_arguments(pointers: Sequence[Any], shape: BwdShape) -> list[tuple[str, Any]]:
+    """``bwd_kv_kernel``'s runtime arguments; pointers (q, k, v, dout, lse, delta, dk, dv, dq_acc)."""
+    names = ("Q", "K", "V", "DO", "LSE", "DELTA", "DK", "DV", "DQ")
+    strides = [(f"stride_{t}{axis}", value) for t, triple in (("q", shape.q), ("k", shape.k), ("v", shape.v),
+                                                              ("do", shape.do), ("dk", shape.dk), ("dv", shape.dv))
+               for axis, value in zip(("b", "h", "m" if t in ("q", "do") else "n"), triple)]
+    qk_scale, sm_scale = _scales(shape.head_dim)
+    return [*zip(names, pointers), *strides, ("H", shape.heads), ("BH", shape.batch * shape.heads),
+            ("N_Q", shape.n_q), ("N_K", shape.n_k), ("qk_scale", qk_scale), ("sm_scale", sm_scale)]
 
 
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    """Attention as an autograd op: :func:`kernel.flash_attn_fwd` forward, :func:`flash_attn_bwd` backward."""
-    return FlashAttention.apply(q, k, v, causal)
+def q_arguments(pointers: Sequence[Any], shape: BwdShape) -> list[tuple[str, Any]]:
+    """``bwd_q_kernel``'s runtime arguments; pointers (q, k, v, dout, lse, delta, dq)."""
+    names = ("Q", "K", "V", "DO", "LSE", "DELTA", "DQ")
+    strides = [(f"stride_{t}{axis}", value) for t, triple in (("q", shape.q), ("k", shape.k), ("v", shape.v),
+                                                              ("do", shape.do), ("dq", shape.dq))
+               for axis, value in zip(("b", "h", "m" if t in ("q", "do", "dq") else "n"), triple)]
+    qk_scale, sm_scale = _scales(shape.head_dim)
+    return [*zip(names, pointers), *strides, ("H", shape.heads), ("N_Q", shape.n_q), ("N_K", shape.n_k),
+            ("qk_scale", qk_scale), ("sm_scale", sm_scale)]
+
+
+def finish_arguments(pointers: Sequence[Any], shape: BwdShape) -> list[tuple[str, Any]]:
+    """``bwd_dq_finish_kernel``'s runtime arguments; pointers (dq_acc, dq)."""
+    return [("DQ_ACC", pointers[0]), ("DQ", pointers[1]), *zip(("stride_dqb", "stride_dqh", "stride_dqm"), shape.dq),
+            ("H", shape.heads), ("N_Q", shape.n_q), ("sm_scale", _scales(shape.head_dim)[1])]
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    """The backward's tiles, launch options and knobs (see :func:`kernel.flash_attn_bwd`).
+
+    ``block_m``, ``block_n``, ``num_warps``, ``num_stages``: the dK/dV kernel's query tile, key
+    tile and launch options; ``block_m_q``, ``block_n_q``, ``num_warps_q``, ``num_stages_q``:
+    the dQ pass's (``dq_mode="pass"`` only). ``maxnreg`` (None: no cap) caps the registers of
+    both; ``persistent`` is the dK/dV kernel's programs per SM (0: one per key tile).
+    """
+
+    block_m: int = 64
+    block_n: int = 64
+    block_m_q: int = 64
+    block_n_q: int = 64
+    num_warps: int = 4
+    num_stages: int = 1
+    num_warps_q: int = 4
+    num_stages_q: int = 1
+    dq_mode: str = "pass"
+    tma: bool = False
+    maxnreg: int | None = None
+    persistent: int = 0
+
+    def _options(self, num_warps: int, num_stages: int) -> dict:
+        options = dict(num_warps=num_warps, num_stages=num_stages)
+        if self.maxnreg:
+            options["maxnreg"] = self.maxnreg
+        return options
+
+    def units(self) -> list[tuple[str, Any, dict, dict]]:
+        """(name, JIT kernel, constexprs, launch options) of each kernel a launch runs, in order."""
+        options = self._options(self.num_warps, self.num_stages)
+        atomic = self.dq_mode != "pass"
+        units = [("preprocess", bwd_preprocess_kernel, dict(BLOCK=PREPROCESS_BLOCK, ZERO_DQ=atomic),
+                  dict(num_warps=4, num_stages=1)),
+                 ("kv", bwd_kv_kernel, dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n,
+                                            DQ_MODE=DQ_MODES.index(self.dq_mode), TMA=self.tma,
+                                            PERSISTENT=self.persistent), options)]
+        if atomic:
+            units.append(("dq_finish", bwd_dq_finish_kernel, dict(BLOCK=PREPROCESS_BLOCK),
+                          dict(num_warps=4, num_stages=1)))
+        else:
+            units.append(("q", bwd_q_kernel, dict(BLOCK_M=self.block_m_q, BLOCK_N=self.block_n_q, TMA=self.tma),
+                          self._options(self.num_warps_q, self.num_stages_q)))
+        return units

@@ -259,3 +259,48 @@ def accuracy(out, lse, q, k, v, causal: bool, reference=None, torch_error: Torch
     return Accuracy(err_out=float("nan") if nan else rel_err(out, reference[0]),
                     err_lse=float("nan") if nan else lse_err(lse, reference[1]),
                     bound_out=bound_out, bound_lse=bound_lse, nan=nan)
+
+
+# ------------------------------------------------------------------------ gradients
+
+GRAD_FLOOR = {torch.float32: 2e-6, torch.float16: 5e-4, torch.bfloat16: 5e-3}
+# A gradient's entries are measured against at least this multiple of the RMS of the reference dV
+# (= P^T dO, on the scale of dO). Where a gradient is exactly 0 (dQ and dK of a row with a single
+# key, whose softmax is constant), a correct kernel leaves rounding noise on the scale of its
+# terms, a few 1e-7 of dV's in fp32, which a relative error would divide by 0. On random inputs
+# dQ, dK and dV have the same order of magnitude at every length, and PyTorch's own error is
+# measured against the same scale, so the "3x PyTorch's error" rule is unchanged by it.
+GRAD_SCALE_FLOOR = 1.0
+GRADIENTS = ("dq", "dk", "dv")
+
+
+@dataclass(frozen=True)
+class GradAccuracy:
+    """A backward's (dq, dk, dv) against the reference: each error, its bound, and the verdict."""
+
+    errors: tuple[float, float, float]
+    bounds: tuple[float, float, float]
+    nan: bool
+
+    @property
+    def ok(self) -> bool:
+        return not self.nan and all(e <= b for e, b in zip(self.errors, self.bounds))
+
+    @property
+    def reason(self) -> str:
+        if self.nan:
+            return "NaN in dq, dk or dv (an element left unwritten, or bad math)"
+        return ", ".join(f"{name} rel err {e:.2e} (bound {b:.2e})"
+                         for name, e, b in zip(GRADIENTS, self.errors, self.bounds))
+
+
+def grad_accuracy(ours, reference, pytorchs, dtype: torch.dtype) -> GradAccuracy:
+    """The flash-attention test rule for gradients: each of dq, dk, dv within
+    :data:`TORCH_ERROR_MULTIPLE` x PyTorch's own error (``pytorchs``, its gradients at the
+    inputs' precision) against ``reference`` (float64 or float32 autograd), or a floor."""
+    floor = GRAD_SCALE_FLOOR * float(reference[2].double().pow(2).mean().sqrt()) if reference[2].numel() else 0.0
+    nan = any(bool(torch.isnan(g).any()) for g in ours)
+    errors = tuple(float("nan") if nan else rel_err(g, r, floor) for g, r in zip(ours, reference))
+    bounds = tuple(max(GRAD_FLOOR[dtype], TORCH_ERROR_MULTIPLE * rel_err(t, r, floor))
+                   for t, r in zip(pytorchs, reference))
+    return GradAccuracy(errors, bounds, nan)

@@ -107,18 +107,20 @@ def _one_pass_ms(calls: Sequence[Callable[[], object]]) -> float:
 
 
 def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0,
-                       settle_ms: float = 0.0) -> list[float]:
+                       settle_ms: float = 0.0, stream: torch.cuda.Stream | None = None) -> list[float]:
     """GPU ms per call of each timed replay of a CUDA graph that cycles through ``calls``.
 
     One replay holds whole passes over ``calls`` worth about a millisecond of GPU time,
     so the gaps between replays are a small share. ``settle_ms`` of replays run untimed
     first (the clocks settle after the host work that built the graph); then ``rep_ms``
-    of replays are timed one by one with CUDA events.
+    of replays are timed one by one with CUDA events. ``stream``: the stream to capture on
+    (a backward through autograd runs on its forward's stream, so that forward must have
+    run on this one); default a new one.
 
     Raises:
         RuntimeError: the calls cannot be captured (the caller falls back to do_bench).
     """
-    side = torch.cuda.Stream()               # warm up on the stream that captures: handles made per stream
+    side = stream or torch.cuda.Stream()     # warm up on the stream that captures: handles made per stream
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for call in calls:                   # compile and load outside the capture
@@ -146,13 +148,14 @@ def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40
     return per_call
 
 
-def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, settle_ms: float = 0.0) -> float:
+def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, settle_ms: float = 0.0,
+                  stream: torch.cuda.Stream | None = None) -> float:
     """Median GPU ms per call over graph replays (:func:`graph_replay_times`)."""
-    return statistics.median(graph_replay_times(calls, rep_ms, settle_ms))
+    return statistics.median(graph_replay_times(calls, rep_ms, settle_ms, stream))
 
 
 def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup_ms: int = 10,
-             settle_ms: float = 0.0) -> Timing:
+             settle_ms: float = 0.0, stream: torch.cuda.Stream | None = None) -> Timing:
     """GPU time per call by graph replay, or ``do_bench`` where capture fails (see module doc).
 
     ``settle_ms`` of untimed replays first: under sustained load an H200 draws its ~700 W
@@ -161,7 +164,7 @@ def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup
     each other (:data:`RETIME`) settle first and time longer.
     """
     try:
-        return Timing(graph_time_ms(calls, rep_ms, settle_ms), GRAPH)
+        return Timing(graph_time_ms(calls, rep_ms, settle_ms, stream), GRAPH)
     except RuntimeError:
         torch.cuda.synchronize()
         return Timing(do_bench_median(calls[0], warmup_ms, int(rep_ms)), DO_BENCH)

@@ -29,6 +29,13 @@ stage() {
                 -k "not verdicts_hold" \
                 > "$W/gputests.log" 2>&1
               grep -E "passed|failed|error|graph .* do_bench|host µs|ncu " "$W/gputests.log" | tail -12;;
+    bwdtests) timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py \
+                > "$W/bwdtests.log" 2>&1; tail -15 "$W/bwdtests.log";;
+    bwdexplore) python3 -m kernel.bench_bwd --explore --jobs 15 --json "$W/bwdexplore.json" \
+                  --markdown "$W/bwdexplore.md" > "$W/bwdexplore.log" 2>&1; echo "bench_bwd rc=$?"
+                grep -vE "^\||^  precompile" "$W/bwdexplore.log" | tail -40; cat "$W/bwdexplore.md";;
+    bwdbench) python3 -m kernel.bench_bwd --json "$W/bwdbench.json" --markdown "$W/bwdbench.md" > "$W/bwdbench.log" 2>&1
+              echo "bench_bwd rc=$?"; cat "$W/bwdbench.md";;
     knobtests) timeout 500 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_knobs.py \
                  > "$W/knobtests.log" 2>&1; tail -5 "$W/knobtests.log";;
     knobs) python3 -m kernel.bench_knobs --json "$W/knobs.json" --markdown "$W/knobs.md" > "$W/knobs.log" 2>&1

@@ -1,0 +1,330 @@
+"""Benchmark: the backward against SDPA's (flash and cuDNN backends), in the same run.
+
+    python -m kernel.bench_bwd                              # the default config, B4 H8 N4096, D 64 and 128
+    python -m kernel.bench_bwd --explore --jobs 14 --json out.json --markdown out.md
+
+Ours is :func:`kernel.flash_attn_bwd` (delta, the dK/dV kernel and dQ, from the forward's
+``out`` and ``lse``); SDPA's is ``torch.autograd.grad`` of SDPA's forward, kept for the
+purpose, so both exclude the forward. GPU times come from CUDA-graph replays over input
+sets that do not fit in L2 (:mod:`kernel.timing`). TFLOP/s counts 2.5x the forward's
+FLOPs. ``--explore`` times a grid of configs per shape (compiled first on ``--jobs``
+processes), each checked against a float32 reference within 3x SDPA-flash's own error
+before it is timed; ``fwd+bwd`` times the default forward then the backward against
+SDPA's forward and backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from multiprocessing import get_context
+
+import torch
+
+from kernel.flash_bwd import BwdConfig
+
+TILES_M, TILES_N, WARPS, STAGES = (16, 32, 64), (64, 128), (4, 8), (1, 2, 3)
+TILES_Q = (32, 64, 128)
+REGISTER_ESTIMATE_LIMIT = 200   # fp32 accumulators and score tiles per thread; above it, ptxas spills
+
+
+def _fits(rows: int, cols: int, head_dim: int, accumulators: int, warps: int) -> bool:
+    """Accumulators [rows, D] and two score tiles [rows, cols] in registers, and enough mma work per warp."""
+    threads = 32 * warps
+    return ((accumulators * rows * head_dim + 2 * rows * cols) // threads <= REGISTER_ESTIMATE_LIMIT
+            and rows * cols >= 16 * threads)
+
+
+def explore_kv_configs(head_dim: int, hopper: bool, base: BwdConfig) -> list[BwdConfig]:
+    """``--explore``'s first phase: the dK/dV kernel's tiles, warps, stages and the dQ modes, the dQ
+    pass held at ``base``'s (both passes run one after the other, so their times add up)."""
+    configs = []
+    for bm, bn, warps, stages in itertools.product(TILES_M, TILES_N, WARPS, STAGES):
+        if not _fits(bn, bm, head_dim, 2, warps):
+            continue
+        for mode, tma in itertools.product(("pass", "tma") if hopper else ("pass", "atomic"),
+                                           (False, True) if hopper else (False,)):
+            configs.append(replace(base, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, dq_mode=mode,
+                                   tma=tma))
+    return configs
+
+
+def explore_q_configs(head_dim: int, base: BwdConfig) -> list[BwdConfig]:
+    """``--explore``'s second phase: the dQ pass's tiles, warps and stages, on the best dK/dV kernel."""
+    return [replace(base, block_m_q=bm, block_n_q=bn, num_warps_q=warps, num_stages_q=stages)
+            for bm, bn, warps, stages in itertools.product(TILES_Q, TILES_Q, WARPS, STAGES)
+            if _fits(bm, bn, head_dim, 1, warps)]
+
+
+def make_sets(batch, heads, n, head_dim, dtype, causal) -> list[dict]:
+    """(q, k, v, out, lse, dout) sets, as many as keep the timed loop out of L2."""
+    from kernel import flash_attn_fwd
+    from kernel.timing import input_sets
+
+    per_set = 6 * batch * heads * n * head_dim * torch.finfo(dtype).bits // 8
+    sets = []
+    for _ in range(input_sets(per_set)):
+        q, k, v, dout = (torch.randn(batch, heads, n, head_dim, device="cuda", dtype=dtype) for _ in range(4))
+        out, lse = flash_attn_fwd(q, k, v, causal)
+        sets.append(dict(q=q, k=k, v=v, dout=dout, out=out, lse=lse))
+    return sets
+
+
+def our_calls(sets, causal, config: BwdConfig):
+    from kernel import flash_attn_bwd
+
+    return [lambda s=s: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal, config=config)
+            for s in sets]
+
+
+def sdpa_backward_calls(sets, causal, backend: str, stream=None):
+    """autograd.grad of SDPA's forward with ``backend``, one call per set (None: the backend refuses).
+
+    The forwards run on ``stream`` (default the current one): autograd runs each backward op on
+    its forward's stream, so a CUDA graph of the backward must be captured there.
+    """
+    import contextlib
+
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernel.timing import SDPA_BACKENDS
+
+    calls = []
+    with sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[backend])), (
+            torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
+        for s in sets:
+            q, k, v = (s[name].detach().requires_grad_() for name in ("q", "k", "v"))
+            try:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            except RuntimeError:
+                return None
+            calls.append(lambda out=out, q=q, k=k, v=v, dout=s["dout"]: torch.autograd.grad(
+                out, (q, k, v), dout, retain_graph=True))
+    return calls
+
+
+def _reference(s, causal):
+    """float32 autograd gradients through the math path, and SDPA-flash's own bf16 error against them."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernel.reference import rel_err
+
+    q, k, v = (s[name].float().requires_grad_() for name in ("q", "k", "v"))
+    with sdpa_kernel(SDPBackend.MATH):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    reference = torch.autograd.grad(out, (q, k, v), s["dout"].float())
+    theirs = sdpa_backward_calls([s], causal, "flash")[0]()
+    return reference, [rel_err(t, r) for t, r in zip(theirs, reference)]
+
+
+def _warm(job) -> str:
+    """In a pool process: run each config once on a small problem of the same JIT specialisation."""
+    head_dim, causal, configs = job
+    from kernel import flash_attn_bwd, flash_attn_fwd
+
+    torch.manual_seed(0)
+    q, k, v, dout = (torch.randn(1, 8, 256, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    out, lse = flash_attn_fwd(q, k, v, causal)
+    failed = 0
+    for config in configs:
+        try:
+            flash_attn_bwd(dout, q, k, v, out, lse, causal, config=config)
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 (reported when the config is timed)
+            failed += 1
+    return f"D{head_dim} causal={causal}: {len(configs)} warmed, {failed} failed"
+
+
+def precompile(jobs: int, work: list[tuple[int, bool, list[BwdConfig]]]) -> None:
+    chunks = [(d, c, configs[i::jobs]) for d, c, configs in work for i in range(jobs) if configs[i::jobs]]
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        for line in pool.map(_warm, chunks):
+            print("  precompile", line, file=sys.stderr, flush=True)
+
+
+def _try(sets, causal, config: BwdConfig, reference, sdpa_err, flops: float) -> dict:
+    """One config: checked on the first input set against the float32 reference, then timed."""
+    from kernel.reference import rel_err
+    from kernel.timing import gpu_time
+
+    entry = dict(config=config.__dict__)
+    try:
+        ours = our_calls(sets[:1], causal, config)[0]()
+        errors = [rel_err(g, r) for g, r in zip(ours, reference)]
+        entry["err"] = errors
+        if any(not e <= max(3 * t, 5e-3) for e, t in zip(errors, sdpa_err)):
+            entry["failed"] = f"incorrect: errors {errors} vs SDPA's {sdpa_err}"
+        else:
+            timing = gpu_time(our_calls(sets, causal, config))
+            entry.update(ms=timing.ms, tflops=flops / timing.ms * 1e-9, timer=timing.method)
+    except Exception as exc:  # noqa: BLE001 (a config the compiler or launcher refuses is a result)
+        entry["failed"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200] if str(exc) else ''}"
+    return entry
+
+
+def bench_shape(batch, heads, n, head_dim, causal, first: list[BwdConfig], second=None) -> dict:
+    """SDPA's backward, then ``first``'s configs, then ``second(best of first)``'s, on one shape."""
+    from kernel.timing import attention_flops, gpu_time
+
+    sets = make_sets(batch, heads, n, head_dim, torch.bfloat16, causal)
+    flops = 2.5 * attention_flops(batch, heads, n, n, head_dim, causal)
+    reference, sdpa_err = _reference(sets[0], causal)
+    row = dict(B=batch, H=heads, N=n, D=head_dim, causal=causal, input_sets=len(sets), sdpa_err=sdpa_err, tried=[])
+    for backend in ("flash", "cudnn"):
+        stream = torch.cuda.Stream()
+        calls = sdpa_backward_calls(sets, causal, backend, stream)
+        torch.cuda.synchronize()
+        timing = gpu_time(calls, stream=stream) if calls else None
+        row[f"{backend}_ms"] = timing.ms if timing else None
+        row[f"{backend}_timer"] = timing.method if timing else None
+    row["tried"] = [_try(sets, causal, config, reference, sdpa_err, flops) for config in first]
+    timed = [e for e in row["tried"] if "ms" in e]
+    if timed and second is not None:
+        seen = {BwdConfig(**e["config"]) for e in row["tried"]}
+        more = [c for c in second(BwdConfig(**min(timed, key=lambda e: e["ms"])["config"])) if c not in seen]
+        row["tried"] += [_try(sets, causal, config, reference, sdpa_err, flops) for config in more]
+        timed = [e for e in row["tried"] if "ms" in e]
+    if timed:
+        best = min(timed, key=lambda e: e["ms"])
+        row.update(best=best["config"], ours_ms=best["ms"], ours_tflops=best["tflops"])
+        row.update(training_step(sets, causal, BwdConfig(**best["config"]), flops / 2.5 * 3.5))
+    for backend in ("flash", "cudnn"):
+        ms = row[f"{backend}_ms"]
+        row[f"{backend}_tflops"] = flops / ms * 1e-9 if ms else None
+        row[f"vs_{backend}"] = ms / row["ours_ms"] if ms and timed else None
+    return row
+
+
+def host_costs(head_dim: int, causal: bool, config: BwdConfig, n: int = 512) -> dict:
+    """Host µs per backward call at a short length (the GPU keeps up): ours and SDPA's autograd backward."""
+    from kernel.timing import host_us
+
+    sets = make_sets(4, 8, n, head_dim, torch.bfloat16, causal)[:1]
+    row = dict(D=head_dim, causal=causal, N=n, ours_host_us=host_us(our_calls(sets, causal, config)[0]))
+    for backend in ("flash", "cudnn"):
+        calls = sdpa_backward_calls(sets, causal, backend)
+        row[f"{backend}_host_us"] = host_us(calls[0]) if calls else None
+    return row
+
+
+def training_step(sets, causal, config: BwdConfig, flops: float) -> dict:
+    """fwd+bwd: our default forward then the backward, against SDPA's forward and autograd backward."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernel import flash_attn_bwd, flash_attn_fwd
+    from kernel.timing import SDPA_BACKENDS, gpu_time
+
+    def ours(s):
+        out, lse = flash_attn_fwd(s["q"], s["k"], s["v"], causal)
+        return flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], out, lse, causal, config=config)
+
+    row = {"step_ms": gpu_time([lambda s=s: ours(s) for s in sets]).ms}
+    leaves = [tuple(s[n].detach().requires_grad_() for n in ("q", "k", "v")) for s in sets]
+
+    def sdpa(leaf, dout):
+        out = F.scaled_dot_product_attention(*leaf, is_causal=causal)
+        return torch.autograd.grad(out, leaf, dout)
+
+    for backend in ("flash", "cudnn"):
+        with sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[backend])):
+            try:
+                ms = gpu_time([lambda leaf=leaf, s=s: sdpa(leaf, s["dout"]) for leaf, s in zip(leaves, sets)]).ms
+            except RuntimeError:
+                ms = None
+        row[f"step_{backend}_ms"] = ms
+        row[f"step_vs_{backend}"] = ms / row["step_ms"] if ms else None
+    row["step_tflops"] = flops / row["step_ms"] * 1e-9
+    return row
+
+
+def _fmt(value, spec):
+    return "n/a" if value is None else format(value, spec)
+
+
+def _key(c: dict) -> str:
+    return (f"{c['block_m']}x{c['block_n']}_q{c['block_m_q']}x{c['block_n_q']}_w{c['num_warps']}_s{c['num_stages']}"
+            f"_{c['dq_mode']}" + "_tma" * bool(c["tma"]) + (f"_p{c['persistent']}" if c.get("persistent") else ""))
+
+
+def table(rows: list[dict], env: dict) -> str:
+    from kernel.timing import environment_line
+
+    lines = [environment_line(env), "",
+             "| D | causal | best config | ours ms | TFLOP/s | flash ms | cuDNN ms | x flash | x cuDNN | host µs ours "
+             "| flash | cuDNN | configs timed | fwd+bwd x flash | fwd+bwd x cuDNN |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        host = r.get("host", {})
+        lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {_key(r['best']) if r.get('best') else 'none'} "
+                     f"| {_fmt(r.get('ours_ms'), '.4f')} | {_fmt(r.get('ours_tflops'), '.0f')} | "
+                     f"{_fmt(r['flash_ms'], '.4f')} | {_fmt(r['cudnn_ms'], '.4f')} | {_fmt(r['vs_flash'], '.2f')} | "
+                     f"{_fmt(r['vs_cudnn'], '.2f')} | {_fmt(host.get('ours_host_us'), '.1f')} | "
+                     f"{_fmt(host.get('flash_host_us'), '.1f')} | {_fmt(host.get('cudnn_host_us'), '.1f')} | "
+                     f"{sum('ms' in e for e in r['tried'])} of {len(r['tried'])} | "
+                     f"{_fmt(r.get('step_vs_flash'), '.2f')} | {_fmt(r.get('step_vs_cudnn'), '.2f')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kernel.bench_bwd", description=__doc__.split("\n\n")[0],
+        epilog="examples:\n  python -m kernel.bench_bwd\n"
+               "  python -m kernel.bench_bwd --explore --jobs 14 --json x.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--head-dim", type=int, action="append", help="64 and 128 by default (repeatable)")
+    parser.add_argument("--n", type=int, default=4096, help="sequence length (default 4096)")
+    parser.add_argument("--explore", action="store_true", help="time a grid of configs per shape, not the default")
+    parser.add_argument("--host-n", type=int, default=512, help="length at which host µs per call are measured")
+    parser.add_argument("--jobs", type=int, default=8, help="processes that compile the grid first (default 8)")
+    parser.add_argument("--json", help="write every row (every config tried) here")
+    parser.add_argument("--markdown", help="write the table here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("python -m kernel.bench_bwd needs a CUDA GPU: it times the backward against SDPA's.", file=sys.stderr)
+        return 2
+    from kernel import default_bwd_config
+    from kernel.timing import environment, warm_gpu
+
+    major, minor = torch.cuda.get_device_capability()
+    hopper = major == 9
+    cases = [(d, c) for d in (args.head_dim or [64, 128]) for c in (False, True)]
+    defaults = {(d, c): default_bwd_config(d, c, 10 * major + minor) for d, c in cases}
+    plans = {key: explore_kv_configs(key[0], hopper, base) if args.explore else [base]
+             for key, base in defaults.items()}
+    if args.explore and args.jobs > 1:
+        precompile(args.jobs, [(d, c, plans[(d, c)] + explore_q_configs(d, defaults[(d, c)])) for d, c in cases])
+    env = environment()
+    warm_gpu()
+    rows = []
+    for d, c in cases:
+        second = (lambda best, d=d: explore_q_configs(d, best)) if args.explore else None
+        rows.append(bench_shape(4, 8, args.n, d, c, plans[(d, c)], second))
+        if rows[-1].get("best"):
+            rows[-1]["host"] = host_costs(d, c, BwdConfig(**rows[-1]["best"]), args.host_n)
+        r = rows[-1]
+        print(f"D={d} causal={c}: best {_key(r['best']) if r.get('best') else 'none'} "
+              f"{_fmt(r.get('ours_tflops'), '.0f')} TFLOP/s, x flash {_fmt(r['vs_flash'], '.2f')}, "
+              f"x cuDNN {_fmt(r['vs_cudnn'], '.2f')}", flush=True)
+        for entry in sorted(r["tried"], key=lambda e: e.get("ms", 1e9))[:6]:
+            print(f"   {_key(entry['config'])}: {_fmt(entry.get('ms'), '.4f')} ms {entry.get('failed', '')}",
+                  flush=True)
+    text = table(rows, env)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as handle:
+            handle.write(text + "\n")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"env": env, "rows": rows}, handle, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,380 @@
+"""The backward's launcher: input checks, a cached launch plan per input layout, and the
+autograd op that joins the forward and the backward.
+
+Read after :mod:`kernel.flash_bwd` (the kernels). The first call with a given layout
+(shapes, strides, dtypes, devices, pointer alignment, causal, config) checks every
+input and works out a plan: the kernels' grids and scalar arguments and, after the
+JIT's first launch, the compiled kernels, which later calls launch directly. Binding
+~40 arguments through the JIT costs tens of microseconds per kernel; a direct launch a
+few.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import triton
+
+from kernel.flash_bwd import (
+    DQ_MODES,
+    PREPROCESS_BLOCK,
+    BwdConfig,
+    BwdShape,
+    finish_arguments,
+    kv_arguments,
+    preprocess_arguments,
+    q_arguments,
+)
+from kernel.flash_fwd import _check_inputs, flash_attn_fwd, interpreting
+
+_DIRECT_LAUNCH = triton.__version__.startswith("3.6.")   # the C entry point's argument layout we know
+_RUNTIME = triton.knobs.runtime
+try:
+    _current_stream = torch._C._cuda_getCurrentRawStream
+    _current_device = torch._C._cuda_getDevice
+except AttributeError:                                    # pragma: no cover (a torch without CUDA)
+    _current_stream = _current_device = None
+
+
+# The H200 winners of ``python -m kernel.bench_bwd --explore`` (bf16, B4 H8 N4096; each dK/dV
+# config with the dQ pass held fixed, then the dQ pass on the best of them; docs/results/
+# 2026-12-01-h200-backward.md), by (head dim, causal).
+HOPPER_BWD = {
+    (64, False): BwdConfig(block_m=32, block_n=64, num_warps=4, num_stages=3, block_m_q=128, block_n_q=64,
+                           num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
+    (64, True): BwdConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, block_m_q=128, block_n_q=32,
+                          num_warps_q=8, num_stages_q=1, dq_mode="tma", tma=True),
+    (128, False): BwdConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, block_m_q=128, block_n_q=64,
+                            num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
+    (128, True): BwdConfig(block_m=64, block_n=64, num_warps=4, num_stages=1, block_m_q=128, block_n_q=64,
+                           num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
+}
+
+
+def default_bwd_config(head_dim: int, causal: bool = False, capability: int | None = None,
+                       lengths: tuple[int, int] | None = None) -> BwdConfig:
+    """A good backward config for a call that names none; the tuner finds better ones for your GPU.
+
+    Hopper takes the H200's winners (:data:`HOPPER_BWD`) at D=64 and D=128. Elsewhere the
+    tiles fit Ada's 99 KB of shared memory per block and compile without spills for sm_89.
+    ``lengths`` (n_q, n_k): a length of 1 is a constant to the JIT, whose Hopper pipeliner
+    cannot predicate TMA descriptors then (seen in the forward), so such calls take plain loads.
+    """
+    if capability is None:
+        capability = 0
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            capability = 10 * major + minor
+    config = HOPPER_BWD.get((head_dim, bool(causal))) if 90 <= capability < 100 else None
+    if config is None:
+        warps = 8 if head_dim == 128 else 4
+        config = (BwdConfig(block_m=64, block_n=64, num_warps=warps, num_stages=2, block_m_q=64, block_n_q=64,
+                            num_warps_q=warps, num_stages_q=2) if head_dim <= 128 else
+                  BwdConfig(block_m=32, block_n=32, num_warps=4, num_stages=1, block_m_q=32, block_n_q=32,
+                            num_warps_q=4, num_stages_q=1))
+    if lengths is not None and 1 in lengths and (config.tma or config.dq_mode == "tma"):
+        config = replace(config, tma=False, dq_mode="pass")
+    return config
+
+
+# ------------------------------------------------------------------------------ checks
+
+
+def _is_count(value, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def check_bwd_config(config: BwdConfig) -> None:
+    """Raise ValueError / TypeError naming the first bad field of a backward config."""
+    for name in ("block_m", "block_n", "block_m_q", "block_n_q"):
+        value = getattr(config, name)
+        if not _is_count(value, 16) or value & (value - 1):
+            raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
+    for name in ("num_warps", "num_warps_q"):
+        value = getattr(config, name)
+        if not _is_count(value, 1) or value & (value - 1) or value > 32:
+            raise ValueError(f"{name}={value!r} must be a power of two from 1 to 32")
+    for name in ("num_stages", "num_stages_q"):
+        if not _is_count(getattr(config, name), 1):
+            raise ValueError(f"{name}={getattr(config, name)!r} must be an integer >= 1")
+    if config.dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode={config.dq_mode!r} must be one of {', '.join(DQ_MODES)}")
+    if config.tma is not True and config.tma is not False:
+        raise TypeError(f"tma must be True or False; got {config.tma!r}")
+    cap = config.maxnreg
+    if cap is not None and not (_is_count(cap, 24) and cap <= 255 and cap % 8 == 0):
+        raise ValueError(f"maxnreg={cap!r} must be None or a multiple of 8 from 24 to 255 (registers per thread)")
+    if not _is_count(config.persistent, 0):
+        raise ValueError(f"persistent={config.persistent!r} must be 0 (a program per tile) or programs per SM")
+
+
+def _check_like(t, name: str, like: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor) or t.shape != like.shape or t.dtype != like.dtype or t.device != like.device:
+        raise ValueError(f"{name} must be like q ({tuple(like.shape)}, {like.dtype}, {like.device}); got "
+                         f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}"
+                         + (f" {t.dtype} on {t.device}" if isinstance(t, torch.Tensor) else ""))
+
+
+def _tma_misfit(tensors) -> str | None:
+    """Why TMA cannot read these (name, tensor) pairs: a start or a batch, head or row stride
+    that is not a multiple of 16 bytes; None when it can."""
+    for name, t in tensors:
+        element = t.element_size()
+        if t.data_ptr() % 16 or any(t.stride(i) * element % 16 for i in range(t.ndim - 1)):
+            return (f"tma needs {name}'s start and its batch, head and row strides in multiples of 16 "
+                    f"bytes; got strides {tuple(t.stride())} of {element}-byte elements at address % 16 = "
+                    f"{t.data_ptr() % 16}; use tma=False, dq_mode='pass' or 'atomic', or contiguous inputs")
+    return None
+
+
+def _check_tma(config: BwdConfig, tensors) -> None:
+    if config.tma or config.dq_mode == "tma":
+        misfit = _tma_misfit(tensors)
+        if misfit:
+            raise ValueError(misfit)
+
+
+def check_bwd_inputs(dout, q, k, v, out, lse, causal: bool, config: BwdConfig) -> None:
+    """Every check a first call makes; raises TypeError or ValueError naming the bad input."""
+    _check_inputs(q, k, v, causal)
+    _check_like(dout, "dout", q)
+    _check_like(out, "out", q)
+    if not isinstance(lse, torch.Tensor) or lse.shape != q.shape[:-1] or lse.dtype != torch.float32:
+        raise ValueError(f"lse must be float32 {tuple(q.shape[:-1])} (the forward's); got "
+                         f"{tuple(lse.shape) if isinstance(lse, torch.Tensor) else type(lse).__name__}"
+                         + (f" {lse.dtype}" if isinstance(lse, torch.Tensor) else ""))
+    if lse.device != q.device:
+        raise ValueError(f"lse is on {lse.device}, q on {q.device}; they must share a device")
+    check_bwd_config(config)
+    _check_tma(config, (("q", q), ("k", k), ("v", v), ("dout", dout)))
+
+
+# ---------------------------------------------------------------------------- plans
+
+
+def _four_dims(t: torch.Tensor) -> torch.Tensor:
+    """[B, N, D] as [B, 1, N, D]; the last dim made unit-stride (the kernels assume it)."""
+    t = t.unsqueeze(1) if t.ndim == 3 else t
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    return t.stride(0), t.stride(1), t.stride(2)
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global scratch for device-side tensor descriptors (Triton asks for it per launch)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+class _Unit:
+    """One kernel of a plan: its grid and every argument but the tensors; launched through
+    the JIT until it has compiled, then directly (Triton 3.6's C entry point)."""
+
+    def __init__(self, fn, grid, arguments: list[tuple[str, object]], constexprs: dict, options: dict):
+        self.fn, self.grid, self.options = fn, grid, options
+        self.names = [name for name, _ in arguments]
+        self.values = [value for _, value in arguments]
+        self.tensor_slots = [i for i, value in enumerate(self.values) if isinstance(value, str)]
+        self.constexprs = constexprs
+        ordered = {**dict(arguments), **constexprs}
+        self.all_values = [ordered.get(name) for name in fn.arg_names]
+        self.run = self.head = None
+
+    def __call__(self, tensors: dict[str, torch.Tensor]) -> None:
+        values = list(self.values)
+        for slot in self.tensor_slots:
+            values[slot] = tensors[values[slot]]
+        if (self.run is None or _current_device() != tensors["q"].device.index
+                or _busy(_RUNTIME.launch_enter_hook) or _busy(_RUNTIME.launch_exit_hook)):
+            self._launch_jit(values)
+        else:
+            self.run(*self.grid, 1, _current_stream(tensors["q"].device.index), *self.head, *values,
+                     *self.tail)
+
+    def _launch_jit(self, values: list) -> None:
+        compiled = self.fn[self.grid](*values, **self.constexprs, **self.options)
+        if self.run is None and not interpreting() and getattr(compiled, "function", None) is not None:
+            launcher = compiled.run
+            direct = (_DIRECT_LAUNCH and hasattr(launcher, "launch") and getattr(launcher, "global_scratch_size", 1)
+                      == 0 and getattr(launcher, "profile_scratch_size", 1) == 0)
+            flags = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None) if direct else ()
+            self.head = (compiled.function, *flags, compiled.packed_metadata, None, None, None)
+            # The launcher takes every argument, constexprs included, in signature order; the runtime
+            # arguments come first in every kernel here, so the constexprs follow as the tail.
+            self.tail = tuple(self.all_values[len(values):])
+            self.run = launcher.launch if direct else launcher
+
+
+def _busy(hook) -> bool:
+    return hook is not None and getattr(hook, "calls", True)
+
+
+class BwdPlan:
+    """One backward launch layout, worked out once from checked inputs; calling it runs the kernels."""
+
+    def __init__(self, config: BwdConfig, q, k, v, dout, out, causal: bool):
+        q4, k4, v4, do4, o4 = (_four_dims(t) for t in (q, k, v, dout, out))
+        batch, heads, n_q, head_dim = q4.shape
+        n_k = k4.shape[2]
+        self.config, self.causal, self.rank3 = config, causal, q.ndim == 3
+        self.copies = any(t.stride(-1) != 1 for t in (q, k, v, dout, out))
+        contiguous_q = (heads * n_q * head_dim, n_q * head_dim, head_dim)
+        contiguous_k = (heads * n_k * head_dim, n_k * head_dim, head_dim)
+        self.shape = BwdShape(batch, heads, n_q, n_k, head_dim, _strides(q4), _strides(k4), _strides(v4),
+                              _strides(do4), contiguous_q, contiguous_k, contiguous_k, _strides(o4))
+        self.atomic = config.dq_mode != "pass"
+        self.units = self._units(config, batch * heads, _sm_count(q.device)) if batch * heads else []
+
+    def _units(self, config: BwdConfig, bh: int, sms: int) -> list[_Unit]:
+        shape, causal = self.shape, self.causal
+        rows = (triton.cdiv(shape.n_q, PREPROCESS_BLOCK), bh)
+        tiles_n = triton.cdiv(shape.n_k, config.block_n) * bh
+        kv_grid = (min(config.persistent * sms, tiles_n), 1) if config.persistent else (
+            triton.cdiv(shape.n_k, config.block_n), bh)
+        units = []
+        for name, fn, constexprs, options in config.units():
+            common = dict(HEAD_DIM=shape.head_dim, **constexprs)
+            if name == "preprocess" and shape.n_q:
+                units.append(_Unit(fn, rows, preprocess_arguments(("out", "dout", "delta", "dq_acc"), shape),
+                                   common, options))
+            elif name == "kv" and shape.n_k and shape.n_q:
+                units.append(_Unit(fn, kv_grid, kv_arguments(("q", "k", "v", "dout", "lse", "delta", "dk", "dv",
+                                                              "dq_acc"), shape), dict(common, CAUSAL=causal),
+                                   options))
+            elif name == "q" and shape.n_q:
+                grid = (triton.cdiv(shape.n_q, config.block_m_q), bh)
+                units.append(_Unit(fn, grid, q_arguments(("q", "k", "v", "dout", "lse", "delta", "dq"), shape),
+                                   dict(common, CAUSAL=causal), options))
+            elif name == "dq_finish" and shape.n_q:
+                units.append(_Unit(fn, rows, finish_arguments(("dq_acc", "dq"), shape), common, options))
+        return units
+
+    def __call__(self, dout, q, k, v, out, lse):
+        if self.copies:
+            q, k, v, dout, out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, dout, out))
+        shape = self.shape
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        dk, dv = torch.empty(k.shape, dtype=k.dtype, device=k.device), torch.empty(v.shape, dtype=v.dtype,
+                                                                                   device=v.device)
+        if shape.n_k == 0:
+            dq.zero_()            # no key: no gradient (the kernels leave these rows alone)
+        if shape.n_q == 0:
+            dk.zero_()
+            dv.zero_()
+        if not self.units:
+            return dq, dk, dv
+        bh = shape.batch * shape.heads
+        tensors = dict(q=q, k=k, v=v, dout=dout, out=out, lse=lse if lse.is_contiguous() else lse.contiguous(),
+                       dq=dq, dk=dk, dv=dv, delta=torch.empty(bh * shape.n_q, dtype=torch.float32, device=q.device))
+        tensors["dq_acc"] = (torch.empty(bh * shape.n_q * shape.head_dim, dtype=torch.float32, device=q.device)
+                             if self.atomic else dk)       # unused by the "pass" kernels: any pointer will do
+        for unit in self.units:
+            unit(tensors)
+        return dq, dk, dv
+
+
+_PLANS: dict[tuple, BwdPlan] = {}
+_PLAN_LIMIT = 4096
+
+
+def _plan_key(config, causal, tensors) -> tuple:
+    # Pointer alignment is in the key: the JIT compiles 16-byte aligned pointers differently.
+    return (config, causal) + tuple((t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16) for t in tensors)
+
+
+def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool) -> BwdPlan:
+    """The cached plan for this call, made (and every input checked) on first sight."""
+    try:
+        key = _plan_key(config, causal, (dout, q, k, v, out, lse))
+        plan = _PLANS.get(key)
+    except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
+        key = plan = None
+    if plan is None:
+        check_bwd_inputs(dout, q, k, v, out, lse, causal, config)
+        if (config.tma or config.dq_mode == "tma") and not interpreting():
+            triton.set_allocator(_scratch)
+        plan = BwdPlan(config, q, k, v, dout, out, causal)
+        if key is not None:
+            if len(_PLANS) >= _PLAN_LIMIT:
+                _PLANS.clear()
+            _PLANS[key] = plan
+    return plan
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor, causal: bool = False, *, config: BwdConfig | None = None, **fields):
+    """Gradients of ``out = attention(q, k, v)`` given ``dout``, from the forward's ``out`` and ``lse``.
+
+    Args:
+        dout: the gradient of ``out``, like ``q``.
+        q, k, v, out, lse: the forward's inputs and outputs (:func:`kernel.flash_attn_fwd`).
+        causal: as in the forward.
+        config: a :class:`~kernel.flash_bwd.BwdConfig`; default :func:`default_bwd_config`.
+        **fields: :class:`~kernel.flash_bwd.BwdConfig` fields that replace the config's:
+            ``block_m``, ``block_n`` (the dK/dV kernel's query and key tiles), ``num_warps``,
+            ``num_stages``; ``block_m_q``, ``block_n_q``, ``num_warps_q``, ``num_stages_q`` (the
+            dQ pass's; default those of the dK/dV kernel when it names them and no config is
+            given); ``dq_mode`` ("pass", "atomic" or "tma"); ``tma`` (TMA loads of the tiles a
+            loop walks, sm_90+); ``maxnreg``; ``persistent``.
+
+    Returns:
+        ``(dq, dk, dv)``, like ``q``, ``k`` and ``v``.
+
+    Raises:
+        TypeError, ValueError: a bad input or config; the message names it.
+    """
+    if config is None:
+        shaped = isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+        config = default_bwd_config(q.shape[-1] if shaped else 64, causal, None if not shaped or q.is_cuda else 0,
+                                    (q.shape[-2], k.shape[-2]) if shaped else None)
+        if (config.tma or config.dq_mode == "tma") and (not isinstance(dout, torch.Tensor) or _tma_misfit(
+                (("q", q), ("k", k), ("v", v), ("dout", dout)))):
+            config = replace(config, tma=False, dq_mode="pass")     # the defaults never refuse a layout
+        if "block_m" in fields and "block_m_q" not in fields:
+            fields["block_m_q"] = fields["block_m"]
+        if "block_n" in fields and "block_n_q" not in fields:
+            fields["block_n_q"] = fields["block_n"]
+        for name in ("num_warps", "num_stages"):
+            if name in fields and f"{name}_q" not in fields:
+                fields[f"{name}_q"] = fields[name]
+    if fields:
+        unknown = sorted(set(fields) - set(BwdConfig.__dataclass_fields__))
+        if unknown:
+            raise TypeError(f"flash_attn_bwd got unknown config field {unknown[0]!r}; fields: "
+                            f"{', '.join(BwdConfig.__dataclass_fields__)}")
+        config = replace(config, **fields)
+    return bwd_plan_for(config, dout, q, k, v, out, lse, causal)(dout, q, k, v, out, lse)
+
+
+class FlashAttention(torch.autograd.Function):
+    """``out = softmax(q k^T / sqrt(D)) v`` with the FA2 forward and backward kernels."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, bwd_config=None):
+        out, lse = flash_attn_fwd(q, k, v, causal)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.bwd_config = causal, bwd_config
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = flash_attn_bwd(grad_out, q, k, v, out, lse, ctx.causal, config=ctx.bwd_config)
+        return dq, dk, dv, None, None
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    bwd_config: BwdConfig | None = None) -> torch.Tensor:
+    """Attention as an autograd op: :func:`kernel.flash_attn_fwd` forward, :func:`flash_attn_bwd` backward."""
+    return FlashAttention.apply(q, k, v, causal, bwd_config)
