@@ -272,6 +272,30 @@ def table(rows: list[dict], env: dict) -> str:
     return "\n".join(lines)
 
 
+def knob_effects(rows: list[dict]) -> str:
+    """Per shape, the best time of each knob's setting, as a ratio to the best config overall
+    (1.00: that setting holds the winner; 1.12: its best is 12% slower)."""
+    knobs = {"dq_mode": lambda c: c["dq_mode"], "TMA loads": lambda c: "on" if c["tma"] else "off",
+             "dK/dV warps": lambda c: c["num_warps"], "dK/dV stages": lambda c: c["num_stages"],
+             "dK/dV tiles (M x N)": lambda c: f"{c['block_m']}x{c['block_n']}",
+             "dQ pass tiles": lambda c: f"{c['block_m_q']}x{c['block_n_q']}" if c["dq_mode"] == "pass" else None}
+    lines = ["| D | causal | knob | best time of each setting / best overall |", "|---|---|---|---|"]
+    for r in rows:
+        timed = [e for e in r["tried"] if "ms" in e]
+        if not timed:
+            continue
+        best = min(e["ms"] for e in timed)
+        for knob, value_of in knobs.items():
+            per: dict = {}
+            for e in timed:
+                value = value_of(e["config"])
+                if value is not None:
+                    per[value] = min(per.get(value, float("inf")), e["ms"])
+            cells = ", ".join(f"{v}: {ms / best:.2f}" for v, ms in sorted(per.items(), key=lambda item: item[1]))
+            lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {knob} | {cells} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kernel.bench_bwd", description=__doc__.split("\n\n")[0],
@@ -315,7 +339,7 @@ def main(argv=None) -> int:
         for entry in sorted(r["tried"], key=lambda e: e.get("ms", 1e9))[:6]:
             print(f"   {_key(entry['config'])}: {_fmt(entry.get('ms'), '.4f')} ms {entry.get('failed', '')}",
                   flush=True)
-    text = table(rows, env)
+    text = table(rows, env) + ("\n\n" + knob_effects(rows) if args.explore else "")
     print(text)
     if args.markdown:
         with open(args.markdown, "w") as handle:
