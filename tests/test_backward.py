@@ -235,3 +235,51 @@ def test_lengths_of_one_where_dq_and_dk_are_exactly_zero(device, n_q, n_k, causa
     gradient rule measures against a share of dV's scale there rather than dividing by 0."""
     torch.manual_seed(n_q * 31 + n_k)
     _check(*_inputs(device, (1, 2, n_q, 32), (1, 2, n_k, 32)), causal, block_m=16, block_n=16)
+
+
+PLANTED = '''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import kernel
+assert kernel.__file__.startswith(sys.argv[2]), kernel.__file__
+from test_backward import _inputs, _reference, _torch_grads
+from kernel.reference import grad_accuracy
+verdicts = {}
+for name, (n_q, n_k) in {"study": (64, 64), "one-key": (3 * 32 + 1, 2 * 16 + 1)}.items():
+    torch.manual_seed(5)
+    q, k, v = _inputs("cpu", (1, 2, n_q, 32), (1, 2, n_k, 32))
+    dout = torch.randn_like(q)
+    out, lse = kernel.flash_attn_fwd(q, k, v, False)
+    ours = kernel.flash_attn_bwd(dout, q, k, v, out, lse, False, block_m=16, block_n=16, block_m_q=32,
+                                 block_n_q=16)
+    verdicts[name] = grad_accuracy(ours, _reference(q, k, v, dout, False), _torch_grads(q, k, v, dout, False),
+                                   q.dtype).ok
+print(json.dumps(verdicts))
+'''
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_the_gradient_rule_catches_an_off_by_one_in_the_dq_pass_last_tile(tmp_path, planted):
+    """A copy of the kernel whose dQ pass stops one key early (``stop = N_K - 1``): on a shape of
+    whole tiles the bug never shows (its last key tile is not ragged), on the gate's edge shape
+    (a last key tile with one valid key) it must fail the rule; the unplanted copy passes both."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "kernel", tmp_path / "kernel")
+    source = (tmp_path / "kernel" / "flash_bwd.py").read_text()
+    good = "        stop = N_K\n        full = (N_K // BLOCK_N) * BLOCK_N"
+    assert good in source
+    if planted:
+        (tmp_path / "kernel" / "flash_bwd.py").write_text(source.replace(good, good.replace("= N_K\n", "= N_K - 1\n")))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{tmp_path}{os.pathsep}{root}")
+    done = subprocess.run([sys.executable, "-c", PLANTED, str(root / "tests"), str(tmp_path)], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdicts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdicts == ({"study": True, "one-key": False} if planted else {"study": True, "one-key": True})
