@@ -154,7 +154,7 @@ def main(argv=None) -> int:
             print(f"{parser.prog}: error: --config {args.config!r} must be BM,BN,WARPS,STAGES", file=sys.stderr)
             return 2
         config = dict(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
-    from kernel.flash_fwd import HEAD_DIMS
+    from kernel.checks import HEAD_DIMS
 
     bad = [f"--head-dim {d} is not one of {HEAD_DIMS}" for d in args.head_dim or [] if d not in HEAD_DIMS]
     bad += [f"--n {n} must be a positive length" for n in args.n or [] if n < 1]

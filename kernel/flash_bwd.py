@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernel.flash_fwd import _check_inputs, flash_attn_fwd
+from kernel.flash_fwd import check_inputs as _check_inputs, flash_attn_fwd
 
 # ----------------------------------------------------------------------------- kernels
 

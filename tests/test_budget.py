@@ -198,7 +198,7 @@ def test_launcher_and_cross_compiler_specialise_alike():
         kernel.flash_attn_fwd(q, k, v, **config.as_kwargs())
         launch = (config.block_m, config.block_n, config.num_warps, config.num_stages, config.tma,
                   config.warp_specialize, config.maxnreg or None, config.persistent)
-        compiled = kernel.plan_for(kernel.flash_fwd._flash_fwd_kernel, launch, q, k, v).compiled
+        compiled = kernel.plan_for(kernel.JIT_KERNEL, launch, q, k, v).compiled
         info = budget.compile_config(budget.CompileTask(config, problem, gpu.capability))
         assert compiled.metadata.shared == info.shared_bytes
         assert compiled.n_regs == info.registers

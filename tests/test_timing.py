@@ -48,12 +48,12 @@ def test_a_planned_call_costs_the_host_far_less_than_the_jit_launch():
     import statistics
 
     from kernel import flash_attn_fwd
-    from kernel.flash_fwd import _flash_fwd_kernel, plan_for
+    from kernel.flash_fwd import JIT_KERNEL, plan_for
 
     q, k, v = (torch.randn(4, 8, 512, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     config = dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
     out, lse = flash_attn_fwd(q, k, v, **config)
-    plan = plan_for(_flash_fwd_kernel, tuple(config.values()), q, k, v, False, out, lse)
+    plan = plan_for(JIT_KERNEL, tuple(config.values()), q, k, v, False, out, lse)
     paths = {"planned": lambda: flash_attn_fwd(q, k, v, **config, out=out, lse=lse),
              "jit": lambda: plan._launch_jit(q, k, v, out, lse)}
     rounds = {name: [] for name in paths}

@@ -44,17 +44,17 @@ def host(markdown: Path | None, rounds: int = 7) -> int:
 
     from kernel import flash_attn_fwd
     from kernel.autotuned import flash_attn_fwd_autotuned
-    from kernel.flash_fwd import _flash_fwd_kernel, plan_for
+    from kernel.flash_fwd import JIT_KERNEL, plan_for
     from kernel.timing import environment, environment_line, host_us, sdpa_call, warm_gpu
     from tuner.finalists import round_orders
 
     q, k, v = (torch.randn(4, 8, 512, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     config = dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
     warm_gpu()
-    plan = plan_for(_flash_fwd_kernel, tuple(config.values()), q, k, v)
+    plan = plan_for(JIT_KERNEL, tuple(config.values()), q, k, v)
     out, lse = plan(q, k, v)
     runner = plan.compiled[plan.grid + (1,)]
-    args = (q, k, v, out, lse, *plan._scalars)
+    args = (q, k, v, out, lse, *plan.scalars)
 
     def pinned(backend):
         def call():

@@ -172,8 +172,7 @@ def _cache_path(task: CompileTask) -> Path:
 
     signature, constexprs, attrs = compile_source(task.problem, task.config.block_m, task.config.block_n, task.config)
     # The device code alone: editing the launcher must not throw the cache away.
-    source = "".join(inspect.getsource(f.fn) for f in (flash_fwd._attend_tiles, flash_fwd._attend_query_tile,
-                                                        flash_fwd._flash_fwd_kernel)).encode()
+    source = "".join(inspect.getsource(f.fn) for f in flash_fwd.JIT_FUNCTIONS).encode()
     blob = repr((BINARY_KEY, triton.__version__, task.capability, task.via_jit, task.config, signature,
                  sorted(constexprs.items()),
                  sorted(attrs.items()), sorted(COMPILE_OPTIONS.items()))).encode() + source
@@ -201,15 +200,14 @@ def _jit_warmup(config: Config, problem: Problem):
     """
     import torch
 
-    from kernel import LaunchShape, kernel_arguments
-    from kernel.flash_fwd import _flash_fwd_kernel
+    from kernel import JIT_KERNEL, LaunchShape, kernel_arguments
 
     shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
     dtype = problem.torch_dtype
     pointers = (dtype, dtype, dtype, dtype, torch.float32)      # warmup takes dtypes for tensors
     args = [value for _, value in kernel_arguments(pointers, shape, problem.causal)]
     knobs = dict(_knob_constexprs(config))
-    return _flash_fwd_kernel.warmup(*args, HEAD_DIM=problem.head_dim, BLOCK_M=config.block_m,
+    return JIT_KERNEL.warmup(*args, HEAD_DIM=problem.head_dim, BLOCK_M=config.block_m,
                                     BLOCK_N=config.block_n, CAUSAL=bool(problem.causal), grid=(1,), **knobs,
                                     **compile_options(config))
 
@@ -219,14 +217,14 @@ def _compile_uncached(task: CompileTask) -> CompileInfo:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernel.flash_fwd import _flash_fwd_kernel
+    from kernel import JIT_KERNEL
 
     config = task.config
     try:
         if task.via_jit:
             compiled = _jit_warmup(config, task.problem)
         else:
-            source = ASTSource(_flash_fwd_kernel, *compile_source(task.problem, config.block_m, config.block_n,
+            source = ASTSource(JIT_KERNEL, *compile_source(task.problem, config.block_m, config.block_n,
                                                                   config))
             compiled = triton.compile(source, target=GPUTarget("cuda", task.capability, 32),
                                       options=compile_options(config))
