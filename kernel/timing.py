@@ -255,8 +255,8 @@ def round_orders(keys: Sequence[str], rounds: int) -> list[list[str]]:
 def interleaved_rounds(candidates: Mapping[str, Sequence[Callable[[], object]]], rounds: int,
                        rep_ms: float = RETIME[0], settle_ms: float = RETIME[1], warmup_ms: int = 10,
                        pins: Mapping[str, Callable[[], AbstractContextManager]] | None = None,
-                       measure: Callable[[Sequence[Callable[[], object]]], float] | None = None,
-                       ) -> dict[str, list[float]]:
+                       measure: Callable[[Sequence[Callable[[], object]]], object] | None = None,
+                       ) -> dict[str, list]:
     """Candidates timed side by side: each once per round, the order rotating (:func:`round_orders`).
 
     The one protocol of every re-timing (the finalists, the benchmarks, the experiments): a
@@ -268,14 +268,14 @@ def interleaved_rounds(candidates: Mapping[str, Sequence[Callable[[], object]]],
         rep_ms, settle_ms, warmup_ms: each measurement's window (:func:`gpu_time`); default
             :data:`RETIME`, the finalists' settled, longer windows.
         pins: name -> a context held around that candidate's measurement (an SDPA backend's pin).
-        measure: ``calls -> ms`` instead of :func:`gpu_time` (a wall clock in the interpreter,
-            host µs per call for host-time rounds).
+        measure: what to take of each candidate instead of :func:`gpu_time`'s ms (a wall clock in
+            the interpreter, host µs per call for host-time rounds, every replay's time).
 
     Returns:
         name -> its time in each round, in round order.
     """
     pins = pins or {}
-    times: dict[str, list[float]] = {name: [] for name in candidates}
+    times: dict[str, list] = {name: [] for name in candidates}
     for order in round_orders(list(candidates), rounds):
         for name in order:
             with pins.get(name, contextlib.nullcontext)():

@@ -29,11 +29,15 @@ def test_the_environment_line_names_gpu_driver_versions_and_date():
 @pytest.mark.gpu
 def test_graph_timer_agrees_with_do_bench_at_n_4096():
     """At N=4096 the launcher is a small share of a 0.3 ms kernel, so the two must agree within 3%."""
-    from kernel.bench import make_sets, set_calls
+    from benchmarks.vs_sdpa import make_sets, set_calls
 
     timing.warm_gpu()
-    sets = make_sets(4, 8, 4096, 64, torch.bfloat16)
-    calls = set_calls(sets, False, dict(block_m=128, block_n=64, num_warps=8, num_stages=3))
+    from tuner.kernels.triton_fwd import FwdConfig
+    from tuner.problem import Problem
+
+    problem = Problem(4, 8, 4096, 4096, 64, "bf16", False)
+    sets = make_sets(problem)
+    calls = set_calls(sets, problem, FwdConfig(128, 64, 8, 3))
     graph = timing.gpu_time(calls, rep_ms=100)
     bench = timing.do_bench_median(calls[0], 25, 200)
     print(f"\ngraph {graph.ms:.4f} ms ({graph.method}, {len(sets)} sets), do_bench {bench:.4f} ms")

@@ -184,12 +184,12 @@ def emitted_texts(url: str) -> dict[str, str]:
 
 
 def summary_text(url: str) -> str:
-    from tuner.emit import verdicts_of
     from tuner.gpus import GpuSpec
     from tuner.records import RunContext
     from tuner.report import summary
     from tuner.store import Store
     from tuner.study import load
+    from tuner.winners import verdicts_of
 
     db = Store(url, create=False)
     ctx = RunContext(study=load("article"), target=GpuSpec.from_name("sm_90"), gpu_label=GPU, run_id=2,

@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 
 from tuner import search
-from tuner.cli import usage_error
 from tuner.driver import Sweep, SweepOptions
+from tuner.formatting import usage_error
 from tuner.gpus import GpuSpec, valid_names
+from tuner.outcome import WorkerFailed
 from tuner.records import RunContext
 from tuner.report import summary
-from tuner.runner import WorkerFailed
 from tuner.status import Status
-from tuner.store import DEFAULT_OUT, Run, Store, StoreError
+from tuner.store import DEFAULT_OUT, Run, Store, StoreError, in_memory, parse_url
 from tuner.study import StudyError, load
 
 DEFAULT_STUDY = "article"
@@ -101,15 +101,13 @@ def _check_numbers(args) -> str | None:
 
 
 def _storage_url(args) -> tuple[str | None, str | None]:
-    """(url, error): the database URL, checked without touching it."""
-    from sqlalchemy.engine import make_url
-
+    """(url, error): the database URL, checked without touching it (:func:`tuner.store.parse_url`)."""
     url = args.storage or f"sqlite:///{Path(args.out) / 'tuning.db'}"
     try:
-        parsed = make_url(url)
-    except Exception:
-        return None, f"--storage {url!r} is not a database URL; e.g. sqlite:///{DEFAULT_OUT}/tuning.db"
-    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        parsed = parse_url(url)
+    except StoreError as exc:
+        return None, f"--storage {exc}"
+    if in_memory(parsed):
         return None, (f"--storage {url!r} is an in-memory database: every result would be lost when the sweep "
                       f"ends; give a file, e.g. sqlite:///{DEFAULT_OUT}/tuning.db")
     return url, None
@@ -200,7 +198,8 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
     env = environment()
     command = " ".join(["python -m tuner.sweep"] + list(argv if argv is not None else sys.argv[1:]))
     run = Run(study=study.name, target=target.name, gpu=gpu_label, sampler=args.sampler, command=command,
-              torch_version=env["torch"], triton_version=env["triton"], driver=env["driver"])
+              torch_version=env["torch"], triton_version=env["triton"], driver=env["driver"],
+              kernel=study.kernel_name, pass_=study.pass_)
     db.add(run)
     ctx = RunContext(study=study, target=target, gpu_label=gpu_label, env=env, run_id=run.id)
     options = SweepOptions(sampler=args.sampler, trials=args.trials, timeout_s=args.timeout, seed=args.seed,

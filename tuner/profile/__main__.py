@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuner.cli import usage_error
+from tuner.formatting import usage_error
 from tuner.gpus import GpuSpec, valid_names
 from tuner.profile._metrics import ProfileError
 from tuner.profile._ncu import CountersNotPermitted, NcuMissing, find_ncu
