@@ -261,6 +261,59 @@ def test_a_store_written_before_opens_with_its_rows_and_gains_the_new_columns(st
     assert {c.name for c in Result.__table__.columns} <= present
 
 
+def _postgresql_schema_before() -> list[str]:
+    """:data:`SCHEMA_BEFORE` as the code before issue 21 made it on PostgreSQL (SERIAL ids, TIMESTAMP)."""
+    text = (SCHEMA_BEFORE.replace("\tid INTEGER NOT NULL,", "\tid SERIAL NOT NULL,")
+            .replace("DATETIME", "TIMESTAMP WITHOUT TIME ZONE").replace("FLOAT", "DOUBLE PRECISION")
+            .replace(" binary VARCHAR", ' "binary" VARCHAR'))                  # a reserved word there
+    statements = [s.strip() for s in text.split(";") if s.strip()]
+    return sorted(statements, key=lambda s: not s.startswith("CREATE TABLE fa2_runs"))   # referred to by the rest
+
+
+def test_a_postgresql_store_written_before_widens_its_config_keys_and_gains_the_columns():
+    """PostgreSQL enforces VARCHAR lengths: the migration widens ``config`` (32 before) and adds the
+    new columns; the rows stay. Needs FA2_TUNER_TEST_PG (scripts/pg_throwaway.sh), else skips."""
+    import os
+    import uuid
+
+    from sqlalchemy import create_engine, inspect, text
+
+    server = os.environ.get("FA2_TUNER_TEST_PG")
+    if not server:
+        pytest.skip("no PostgreSQL server: set FA2_TUNER_TEST_PG (scripts/pg_throwaway.sh prints one)")
+    pytest.importorskip("psycopg")
+    from tuner.store import CONFIG_KEY_LENGTH, Result, Store
+
+    name = f"fa2_before_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f"CREATE DATABASE {name}"))
+    url = server.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        before = create_engine(url)
+        with before.begin() as connection:
+            for statement in _postgresql_schema_before():
+                connection.exec_driver_sql(statement)
+            connection.exec_driver_sql(
+                "INSERT INTO fa2_runs (study, target, gpu, sampler, command, torch_version, triton_version, driver, "
+                "started_at, status) VALUES ('x', 'sm_90', 'g', 'grid', '', '', '', '', now(), 'finished')")
+        before.dispose()
+        db = Store(url, create=False)
+        columns = {c["name"]: c for c in inspect(db.engine).get_columns("fa2_results")}
+        assert columns["config"]["type"].length == CONFIG_KEY_LENGTH and {"kernel", "pass_", "params"} <= set(columns)
+        long_key = "128x128_w8_s3_tma_ws_r168_p2" + "_x" * 20          # longer than 32
+        db.add(Result(run_id=db.runs()[0].id, study="x", target="sm_90", gpu="g", torch_version="", triton_version="",
+                      driver="", shape="s", batch=1, heads=1, n_q=16, n_k=16, head_dim=16, dtype="fp32",
+                      causal=False, config=long_key, block_m=16, block_n=16, num_warps=1, num_stages=1,
+                      status="timed", stage="time"))
+        assert [r.config for r in db.results("x")] == [long_key]
+        db.engine.dispose()
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+        admin.dispose()
+
+
 def test_every_shipped_study_keeps_its_fingerprint():
     assert fingerprints() == json.loads((GOLDEN / "fingerprints.json").read_text())
 

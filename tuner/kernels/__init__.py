@@ -19,9 +19,9 @@ A user's kernel: a module exposing ``KERNEL`` (a :class:`TunableKernel`), named 
 
 from tuner.kernels._attention import AttentionForward
 from tuner.kernels._base import Case, CompileUnit, GateResult, NamedError, Pinned, TunableKernel
-from tuner.kernels._registry import DEFAULT_KERNEL, DEFAULT_PASS, KernelNotFound, get, kernel_of, registered
+from tuner.kernels._registry import DEFAULT_KERNEL, DEFAULT_PASS, KernelNotFound, get, kernel_of, known, registered
 from tuner.kernels._triton import TritonFeatures, specialise, triton_features
 
 __all__ = ["DEFAULT_KERNEL", "DEFAULT_PASS", "AttentionForward", "Case", "CompileUnit", "GateResult", "KernelNotFound",
-           "NamedError", "Pinned", "TritonFeatures", "TunableKernel", "get", "kernel_of", "registered", "specialise",
-           "triton_features"]
+           "NamedError", "Pinned", "TritonFeatures", "TunableKernel", "get", "kernel_of", "known", "registered",
+           "specialise", "triton_features"]

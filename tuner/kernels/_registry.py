@@ -8,7 +8,7 @@ import sys
 from tuner.kernels import triton_fwd
 from tuner.kernels._base import TunableKernel
 
-__all__ = ["DEFAULT_KERNEL", "DEFAULT_PASS", "KernelNotFound", "get", "kernel_of", "registered"]
+__all__ = ["DEFAULT_KERNEL", "DEFAULT_PASS", "KernelNotFound", "get", "kernel_of", "known", "registered"]
 
 DEFAULT_KERNEL, DEFAULT_PASS = "triton", "fwd"
 # (kernel name, pass) -> kernel: the built-in kernels, then every user module loaded so far.
@@ -32,6 +32,11 @@ def registered() -> list[str]:
     return [f"{name} ({pass_})" for name, pass_ in sorted(_KERNELS)]
 
 
+def known() -> list[tuple[str, str, TunableKernel]]:
+    """(name, pass, kernel) of every kernel known now: the built-in ones and the user modules loaded."""
+    return [(name, pass_, _KERNELS[(name, pass_)]) for name, pass_ in sorted(_KERNELS)]
+
+
 def _module_kernels(module) -> list[TunableKernel]:
     found = getattr(module, "KERNELS", None) or [getattr(module, "KERNEL", None)]
     return [k for k in found if isinstance(k, TunableKernel)]
@@ -44,7 +49,7 @@ def _load(path: str) -> None:
         module = importlib.import_module(path)
     except ImportError as exc:
         raise KernelNotFound(f"kernel {path!r} is not a registered kernel ({', '.join(registered())}) nor an "
-                             f"importable module: {exc}") from None
+                             f"importable module exposing KERNEL ({exc})") from None
     kernels = _module_kernels(module)
     if not kernels:
         raise KernelNotFound(f"module {path!r} has no KERNEL (a tuner.kernels.TunableKernel) nor KERNELS")
@@ -63,12 +68,9 @@ def get(name: str | None = DEFAULT_KERNEL, pass_: str | None = None) -> TunableK
         KernelNotFound: the message lists the registered kernels and their passes.
     """
     name = name or DEFAULT_KERNEL
-    if not any(known == name for known, _ in _KERNELS) and "." in name:
-        _load(name)
+    if not any(known == name for known, _ in _KERNELS):
+        _load(name)                   # not a registered name: a user's module path
     passes = sorted(p for known, p in _KERNELS if known == name)
-    if not passes:
-        raise KernelNotFound(f"kernel {name!r} is not registered; registered: {', '.join(registered())} "
-                             f"(or give a module path whose module exposes KERNEL)")
     chosen = pass_ or (passes[0] if len(passes) == 1 else DEFAULT_PASS)
     if chosen not in passes:
         raise KernelNotFound(f"kernel {name!r} has no pass {chosen!r}; it has {', '.join(passes)} "
