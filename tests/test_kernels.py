@@ -17,16 +17,18 @@ from tuner.status import Status
 from tuner.study import StudyError, load
 
 # A user's kernel, in a module of its own: the Triton forward under another name, with a config
-# type of its own (so its configs find their kernel) and a restriction of its own.
+# type of its own (so its configs find their kernel), a knob of its own (left off) and a
+# restriction of its own.
 USER_KERNEL = '''
 from dataclasses import dataclass
 
 from tuner.kernels.triton_fwd import FwdConfig, TritonForward
+from tuner.space import axis
 
 
 @dataclass(frozen=True, order=True)
 class MineConfig(FwdConfig):
-    pass
+    natural: bool = axis((False,), (False, True), plain=False, tag="nat")
 
 
 class Mine(TritonForward):
@@ -98,6 +100,22 @@ def test_a_user_kernel_module_is_loaded_by_its_path_with_its_own_axes_and_rules(
     assert {c.block_m == c.block_n for c in study.configs()} == {True, False}      # the study's own space...
     assert "square tiles" in verdict(config, study.shapes[0], GpuSpec.from_name("sm_89"), None).reason
     assert any(f"{user_kernel} (fwd)" == k for k in kernels.registered())
+    assert kernel.config_type.parse("32x32_w1_s1_nat").natural is True
+
+
+def test_a_knob_joins_the_optuna_parameters_only_where_a_space_searches_it(tmp_path, user_kernel):
+    """So adding a knob to a kernel leaves the parameters of every stored Optuna study as they were."""
+    from tuner import search
+
+    kernel = kernels.get(user_kernel)
+    fixed, searched = kernel.space(), kernel.space(natural=(False, True))
+    for sampler in ("tpe", "grid"):
+        assert "natural" not in search.distributions(fixed, sampler)
+        assert "natural" in search.distributions(searched, sampler)
+        assert {"tma", "warp_specialize", "maxnreg", "persistent"} <= set(search.distributions(fixed, sampler))
+    params = {"log2_block_m": 5, "log2_block_n": 5, "log2_num_warps": 0, "stages": 1}
+    assert search.config_of(params, kernel.config_type) == kernel.config_type(32, 32, 1, 1)
+    assert search.grid_size(searched) == 2 * search.grid_size(fixed)
 
 
 def test_a_user_kernel_goes_through_every_stage_of_a_sweep(tmp_path, user_kernel, sweep_args, query):

@@ -38,18 +38,24 @@ HEARTBEAT = (int(max(1, HEARTBEAT_S)), int(max(2, GRACE_S)))
 _RETRY = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
 
 
+def asked_axes(space: SearchSpace) -> list[tuple[object, tuple]]:
+    """(axis, values) of the axes Optuna is asked for (:meth:`tuner.space.Axis.asked`): the others
+    are knobs the space leaves off, which :func:`config_of` fills in."""
+    return [(axis, space[axis.name]) for axis in space.kernel.config_type.axes() if axis.asked(space[axis.name])]
+
+
 def distributions(space: SearchSpace, sampler: str = "grid") -> dict:
     """The parameters Optuna samples, from the kernel's axes: under ``tpe`` each axis in its own
     encoding (ordered exponents of powers of two, ordered integers, or categoricals: the knobs,
     a few unordered choices each, learnt jointly with the tiles by TPE's multivariate model);
     categoricals of every axis otherwise (the grid's axes). Both decode with :func:`config_of`."""
     if sampler != "tpe":
-        return {name: CategoricalDistribution(list(values)) for name, values in space.axes}
+        return {axis.name: CategoricalDistribution(list(values)) for axis, values in asked_axes(space)}
     out = {}
-    for axis in space.kernel.config_type.axes():
-        values = sorted(space[axis.name])
+    for axis, space_values in asked_axes(space):
+        values = sorted(space_values)
         if axis.tpe == CATEGORICAL:
-            out[axis.tpe_param] = CategoricalDistribution(list(space[axis.name]))
+            out[axis.tpe_param] = CategoricalDistribution(list(space_values))
         elif axis.tpe == LOG2:
             exponents = [v.bit_length() - 1 for v in values]
             if any(2 ** e != v for e, v in zip(exponents, values)):
@@ -86,7 +92,7 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None = None) -> optu
         return optuna.samplers.TPESampler(seed=seed, constant_liar=True, multivariate=True, group=False,
                                           n_startup_trials=10)
     if name == "grid":
-        return _GridSampler({n: list(values) for n, values in space.axes}, seed=seed)
+        return _GridSampler({axis.name: list(values) for axis, values in asked_axes(space)}, seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     raise ValueError(f"unknown sampler {name!r}; use one of {', '.join(SAMPLERS)}")

@@ -42,6 +42,10 @@ class Axis:
         tpe: how TPE samples it: :data:`LOG2`, :data:`ORDINAL` or :data:`CATEGORICAL`.
         param: the Optuna parameter name under TPE (grid and random use ``name``); stored
             Optuna studies resume only while it stays the same.
+        always_asked: a knob Optuna is asked for even where the space fixes it to one value. A
+            knob is otherwise left out of the parameters unless the space searches it, so that
+            adding a knob leaves every stored Optuna study's parameters as they were; the
+            forward's first knobs were always asked, and stay so for their stored studies.
     """
 
     name: str
@@ -51,10 +55,15 @@ class Axis:
     tag: str = ""
     tpe: str = CATEGORICAL
     param: str = ""
+    always_asked: bool = False
 
     @property
     def knob(self) -> bool:
         return self.plain is not None
+
+    def asked(self, values: tuple) -> bool:
+        """Whether Optuna is asked for this axis over ``values``: tiles always, knobs when searched."""
+        return not self.knob or self.always_asked or len(values) > 1
 
     @property
     def tpe_param(self) -> str:
@@ -68,10 +77,10 @@ class Axis:
 
 
 def axis(default: tuple, allowed: tuple | None = None, *, plain: Any = None, tag: str = "",
-         tpe: str = CATEGORICAL, param: str = "") -> Any:
+         tpe: str = CATEGORICAL, param: str = "", always_asked: bool = False) -> Any:
     """A config field that is a searched axis (see :class:`Axis`); a knob defaults to its off value."""
     spec = dict(default=tuple(default), allowed=tuple(allowed if allowed is not None else default), plain=plain,
-                tag=tag, tpe=tpe, param=param)
+                tag=tag, tpe=tpe, param=param, always_asked=always_asked)
     if plain is None:
         return dataclasses.field(metadata={"axis": spec})
     return dataclasses.field(default=plain, metadata={"axis": spec})

@@ -64,10 +64,11 @@ class FwdConfig(KernelConfig):
     block_n: int = axis(POWERS, tpe=LOG2, param="log2_block_n")
     num_warps: int = axis((1, 2, 4, 8, 16), tpe=LOG2, param="log2_num_warps")
     num_stages: int = axis((1, 2, 3, 4, 5, 6), tuple(range(1, 9)), tpe=ORDINAL, param="stages")
-    tma: bool = axis((False, True), plain=False, tag="tma")
-    warp_specialize: bool = axis((False,), (False, True), plain=False, tag="ws")
-    maxnreg: int = axis((0,), (0, *range(24, 256, 8)), plain=0, tag="r")
-    persistent: int = axis((0,), tuple(range(0, 9)), plain=0, tag="p")
+    # (always asked of Optuna: its stored studies have had these four parameters since the knobs came)
+    tma: bool = axis((False, True), plain=False, tag="tma", always_asked=True)
+    warp_specialize: bool = axis((False,), (False, True), plain=False, tag="ws", always_asked=True)
+    maxnreg: int = axis((0,), (0, *range(24, 256, 8)), plain=0, tag="r", always_asked=True)
+    persistent: int = axis((0,), tuple(range(0, 9)), plain=0, tag="p", always_asked=True)
 
 
 REGISTER_LIMIT = 255      # per thread, on every target in tuner.gpus
