@@ -19,7 +19,7 @@ def test_tpe_encoding_is_ordinal_and_decodes_to_configs():
     assert {type(dists[name]).__name__ for name in tiles} == {"IntDistribution"}
     assert (dists["log2_block_m"].low, dists["log2_block_m"].high) == (4, 8)
     # the knobs: unordered choices, each over the study's values
-    assert {name: dists[name].choices for name in [a.name for a in Config.knobs()]} == {
+    assert {name: dists[name].choices for name in ("tma", "warp_specialize", "maxnreg", "persistent")} == {
         "tma": (False, True), "warp_specialize": (False,), "maxnreg": (0,), "persistent": (0,)}
     config = search.config_of({"log2_block_m": 8, "log2_block_n": 6, "log2_num_warps": 4, "stages": 3}, Config)
     assert config == Config(256, 64, 16, 3)      # a trial stored before the knobs: all off
