@@ -295,7 +295,9 @@ def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, config, 
     head = (*grid, 1, "STREAM", "FUNCTION", *flags, "PACKED", None, None, None)
     assert calls[0][0] == ("entry" if direct else "wrapper")
     assert calls[0][1][:len(head)] == head
-    assert calls[0][1][len(head):] == (*args, 16, 32, 16, True, *knobs)
+    # the knob constexprs in signature order: the ones the case sets, then the defaults of any others
+    constexprs = (*knobs, *(default for _, default in kernel.flash_fwd.KNOB_CONSTEXPRS[len(knobs):]))
+    assert calls[0][1][len(head):] == (*args, 16, 32, 16, True, *constexprs)
 
 
 # ------------------------------------------------------------------------------- GPU only
