@@ -8,7 +8,7 @@ your own GPU's list in their place. Triton times
 every config of the list on the first call for each new key (lengths, head dim,
 causal, dtype) and keeps the fastest. Later calls with the same input layout skip the
 autotuner and the JIT and launch the chosen binary directly (the launch plans of
-:mod:`kernel.flash_fwd`).
+:mod:`kernel.launch`).
 
     from kernel.autotuned import flash_attn_fwd_autotuned
     out, lse = flash_attn_fwd_autotuned(q, k, v, causal=True)
@@ -22,7 +22,8 @@ import torch
 import triton
 
 from kernel import configs_h200, configs_h200_knobs
-from kernel.flash_fwd import KNOB_CONSTEXPRS, _flash_fwd_kernel, _scratch, interpreting, plan_for
+from kernel.flash_fwd import JIT_KERNEL, KNOB_CONSTEXPRS, plan_for
+from kernel.launch import use_tma_allocator
 
 
 class AutotunedFlashAttention:
@@ -40,9 +41,9 @@ class AutotunedFlashAttention:
             if not {"BLOCK_M", "BLOCK_N"} <= set(config.kwargs) <= {"BLOCK_M", "BLOCK_N"} | knobs:
                 raise ValueError(f"each config must set BLOCK_M and BLOCK_N, and may set {sorted(knobs)}; "
                                  f"got {config.kwargs}")
-        if any(config.kwargs.get("TMA") for config in configs) and not interpreting():
-            triton.set_allocator(_scratch)          # device-side descriptors need global scratch
-        self.kernel = triton.autotune(configs=list(configs), key=list(key))(_flash_fwd_kernel)
+        if any(config.kwargs.get("TMA") for config in configs):
+            use_tma_allocator()                     # device-side descriptors need global scratch
+        self.kernel = triton.autotune(configs=list(configs), key=list(key))(JIT_KERNEL)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,
                  out: torch.Tensor | None = None, lse: torch.Tensor | None = None):

@@ -16,6 +16,7 @@ from dataclasses import replace
 import torch
 import triton
 
+from kernel.checks import check_inputs, is_count
 from kernel.flash_bwd import (
     DQ_MODES,
     PREPROCESS_BLOCK,
@@ -26,18 +27,10 @@ from kernel.flash_bwd import (
     preprocess_arguments,
     q_arguments,
 )
-from kernel.flash_fwd import _check_inputs, flash_attn_fwd, interpreting
+from kernel.flash_fwd import flash_attn_fwd
+from kernel.launch import current_device, current_stream, direct_runner, hooks_busy, interpreting, use_tma_allocator
 
-_DIRECT_LAUNCH = triton.__version__.startswith("3.6.")   # the C entry point's argument layout we know
-_RUNTIME = triton.knobs.runtime
-try:
-    _current_stream = torch._C._cuda_getCurrentRawStream
-    _current_device = torch._C._cuda_getDevice
-except AttributeError:                                    # pragma: no cover (a torch without CUDA)
-    _current_stream = _current_device = None
-
-
-# The H200 winners of ``python -m kernel.bench_bwd --explore`` (bf16, B4 H8 N4096; each dK/dV
+# The H200 winners of ``python -m benchmarks.bwd --explore`` (bf16, B4 H8 N4096; each dK/dV
 # config with the dQ pass held fixed, then the dQ pass on the best of them; docs/results/
 # 2026-12-01-h200-backward.md), by (head dim, causal).
 HOPPER_BWD = {
@@ -81,31 +74,27 @@ def default_bwd_config(head_dim: int, causal: bool = False, capability: int | No
 # ------------------------------------------------------------------------------ checks
 
 
-def _is_count(value, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
 def check_bwd_config(config: BwdConfig) -> None:
     """Raise ValueError / TypeError naming the first bad field of a backward config."""
     for name in ("block_m", "block_n", "block_m_q", "block_n_q"):
         value = getattr(config, name)
-        if not _is_count(value, 16) or value & (value - 1):
+        if not is_count(value, 16) or value & (value - 1):
             raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
     for name in ("num_warps", "num_warps_q"):
         value = getattr(config, name)
-        if not _is_count(value, 1) or value & (value - 1) or value > 32:
+        if not is_count(value, 1) or value & (value - 1) or value > 32:
             raise ValueError(f"{name}={value!r} must be a power of two from 1 to 32")
     for name in ("num_stages", "num_stages_q"):
-        if not _is_count(getattr(config, name), 1):
+        if not is_count(getattr(config, name), 1):
             raise ValueError(f"{name}={getattr(config, name)!r} must be an integer >= 1")
     if config.dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode={config.dq_mode!r} must be one of {', '.join(DQ_MODES)}")
     if config.tma is not True and config.tma is not False:
         raise TypeError(f"tma must be True or False; got {config.tma!r}")
     cap = config.maxnreg
-    if cap is not None and not (_is_count(cap, 24) and cap <= 255 and cap % 8 == 0):
+    if cap is not None and not (is_count(cap, 24) and cap <= 255 and cap % 8 == 0):
         raise ValueError(f"maxnreg={cap!r} must be None or a multiple of 8 from 24 to 255 (registers per thread)")
-    if not _is_count(config.persistent, 0):
+    if not is_count(config.persistent, 0):
         raise ValueError(f"persistent={config.persistent!r} must be 0 (a program per tile) or programs per SM")
 
 
@@ -137,7 +126,7 @@ def _check_tma(config: BwdConfig, tensors) -> None:
 
 def check_bwd_inputs(dout, q, k, v, out, lse, causal: bool, config: BwdConfig) -> None:
     """Every check a first call makes; raises TypeError or ValueError naming the bad input."""
-    _check_inputs(q, k, v, causal)
+    check_inputs(q, k, v, causal)
     _check_like(dout, "dout", q)
     _check_like(out, "out", q)
     if not isinstance(lse, torch.Tensor) or lse.shape != q.shape[:-1] or lse.dtype != torch.float32:
@@ -169,11 +158,6 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    """Global scratch for device-side tensor descriptors (Triton asks for it per launch)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
 class _Unit:
     """One kernel of a plan: its grid and every argument but the tensors; launched through
     the JIT until it has compiled, then directly (Triton 3.6's C entry point)."""
@@ -192,29 +176,18 @@ class _Unit:
         values = list(self.values)
         for slot in self.tensor_slots:
             values[slot] = tensors[values[slot]]
-        if (self.run is None or _current_device() != tensors["q"].device.index
-                or _busy(_RUNTIME.launch_enter_hook) or _busy(_RUNTIME.launch_exit_hook)):
-            self._launch_jit(values)
+        if self.run is None or current_device() != tensors["q"].device.index or hooks_busy():
+            self._launch_jit(values)          # first call, another device current, or a profiler's hooks
         else:
-            self.run(*self.grid, 1, _current_stream(tensors["q"].device.index), *self.head, *values,
-                     *self.tail)
+            self.run(*self.grid, 1, current_stream(tensors["q"].device.index), *self.head, *values, *self.tail)
 
     def _launch_jit(self, values: list) -> None:
         compiled = self.fn[self.grid](*values, **self.constexprs, **self.options)
         if self.run is None and not interpreting() and getattr(compiled, "function", None) is not None:
-            launcher = compiled.run
-            direct = (_DIRECT_LAUNCH and hasattr(launcher, "launch") and getattr(launcher, "global_scratch_size", 1)
-                      == 0 and getattr(launcher, "profile_scratch_size", 1) == 0)
-            flags = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None) if direct else ()
-            self.head = (compiled.function, *flags, compiled.packed_metadata, None, None, None)
-            # The launcher takes every argument, constexprs included, in signature order; the runtime
-            # arguments come first in every kernel here, so the constexprs follow as the tail.
+            # Every argument, constexprs included, goes in signature order; the runtime arguments come
+            # first in every kernel here, so the constexprs follow as the tail.
             self.tail = tuple(self.all_values[len(values):])
-            self.run = launcher.launch if direct else launcher
-
-
-def _busy(hook) -> bool:
-    return hook is not None and getattr(hook, "calls", True)
+            self.run, self.head = direct_runner(compiled)
 
 
 class BwdPlan:
@@ -257,13 +230,13 @@ class BwdPlan:
                 units.append(_Unit(fn, rows, finish_arguments(("dq_acc", "dq"), shape), common, options))
         return units
 
-    def __call__(self, dout, q, k, v, out, lse):
+    def __call__(self, dout, q, k, v, out, lse, dq=None, dk=None, dv=None):
         if self.copies:
             q, k, v, dout, out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, dout, out))
         shape = self.shape
-        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        dk, dv = torch.empty(k.shape, dtype=k.dtype, device=k.device), torch.empty(v.shape, dtype=v.dtype,
-                                                                                   device=v.device)
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device) if dq is None else dq
+        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device) if dk is None else dk
+        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device) if dv is None else dv
         if shape.n_k == 0:
             dq.zero_()            # no key: no gradient (the kernels leave these rows alone)
         if shape.n_q == 0:
@@ -274,8 +247,9 @@ class BwdPlan:
         bh = shape.batch * shape.heads
         tensors = dict(q=q, k=k, v=v, dout=dout, out=out, lse=lse if lse.is_contiguous() else lse.contiguous(),
                        dq=dq, dk=dk, dv=dv, delta=torch.empty(bh * shape.n_q, dtype=torch.float32, device=q.device))
+        # The "pass" kernels never touch dq_acc: any fp32 pointer will do (the same type keeps one binary).
         tensors["dq_acc"] = (torch.empty(bh * shape.n_q * shape.head_dim, dtype=torch.float32, device=q.device)
-                             if self.atomic else dk)       # unused by the "pass" kernels: any pointer will do
+                             if self.atomic else tensors["delta"])
         for unit in self.units:
             unit(tensors)
         return dq, dk, dv
@@ -287,20 +261,35 @@ _PLAN_LIMIT = 4096
 
 def _plan_key(config, causal, tensors) -> tuple:
     # Pointer alignment is in the key: the JIT compiles 16-byte aligned pointers differently.
-    return (config, causal) + tuple((t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16) for t in tensors)
+    return (config, causal) + tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16)
+                                    for t in tensors)
 
 
-def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool) -> BwdPlan:
+def _check_grads(grads, q, k, v) -> None:
+    """Gradients a caller gives: like q, k and v, contiguous, and none of them an input (they are
+    written while the inputs are still read)."""
+    for name, given, like in zip(("dq", "dk", "dv"), grads, (q, k, v)):
+        if given is None:
+            continue
+        if not isinstance(given, torch.Tensor) or given.shape != like.shape or given.dtype != like.dtype or \
+                given.device != like.device or not given.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous tensor like {'qkv'[('dq', 'dk', 'dv').index(name)]} "
+                             f"({tuple(like.shape)}, {like.dtype}, {like.device}); got "
+                             f"{tuple(given.shape) if isinstance(given, torch.Tensor) else type(given).__name__}")
+
+
+def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads=(None, None, None)) -> BwdPlan:
     """The cached plan for this call, made (and every input checked) on first sight."""
     try:
-        key = _plan_key(config, causal, (dout, q, k, v, out, lse))
+        key = _plan_key(config, causal, (dout, q, k, v, out, lse, *grads))
         plan = _PLANS.get(key)
     except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
         key = plan = None
     if plan is None:
         check_bwd_inputs(dout, q, k, v, out, lse, causal, config)
-        if (config.tma or config.dq_mode == "tma") and not interpreting():
-            triton.set_allocator(_scratch)
+        _check_grads(grads, q, k, v)
+        if config.tma or config.dq_mode == "tma":
+            use_tma_allocator()
         plan = BwdPlan(config, q, k, v, dout, out, causal)
         if key is not None:
             if len(_PLANS) >= _PLAN_LIMIT:
@@ -313,7 +302,9 @@ def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool) -> Bw
 
 
 def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                   lse: torch.Tensor, causal: bool = False, *, config: BwdConfig | None = None, **fields):
+                   lse: torch.Tensor, causal: bool = False, *, config: BwdConfig | None = None,
+                   dq: torch.Tensor | None = None, dk: torch.Tensor | None = None, dv: torch.Tensor | None = None,
+                   **fields):
     """Gradients of ``out = attention(q, k, v)`` given ``dout``, from the forward's ``out`` and ``lse``.
 
     Args:
@@ -327,6 +318,8 @@ def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             dQ pass's; default those of the dK/dV kernel when it names them and no config is
             given); ``dq_mode`` ("pass", "atomic" or "tma"); ``tma`` (TMA loads of the tiles a
             loop walks, sm_90+); ``maxnreg``; ``persistent``.
+        dq, dk, dv: optional preallocated gradients (contiguous, like q, k and v); tests fill
+            them with NaN so that an element the kernels never write shows up.
 
     Returns:
         ``(dq, dk, dv)``, like ``q``, ``k`` and ``v``.
@@ -354,15 +347,15 @@ def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             raise TypeError(f"flash_attn_bwd got unknown config field {unknown[0]!r}; fields: "
                             f"{', '.join(BwdConfig.__dataclass_fields__)}")
         config = replace(config, **fields)
-    return bwd_plan_for(config, dout, q, k, v, out, lse, causal)(dout, q, k, v, out, lse)
+    return bwd_plan_for(config, dout, q, k, v, out, lse, causal, (dq, dk, dv))(dout, q, k, v, out, lse, dq, dk, dv)
 
 
 class FlashAttention(torch.autograd.Function):
     """``out = softmax(q k^T / sqrt(D)) v`` with the FA2 forward and backward kernels."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=False, bwd_config=None):
-        out, lse = flash_attn_fwd(q, k, v, causal)
+    def forward(ctx, q, k, v, causal=False, bwd_config=None, fwd=None):
+        out, lse = (fwd or flash_attn_fwd)(q, k, v, causal)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.bwd_config = causal, bwd_config
         return out
@@ -370,11 +363,22 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = flash_attn_bwd(grad_out, q, k, v, out, lse, ctx.causal, config=ctx.bwd_config)
-        return dq, dk, dv, None, None
+        if ctx.bwd_config is None or isinstance(ctx.bwd_config, BwdConfig):
+            dq, dk, dv = flash_attn_bwd(grad_out, q, k, v, out, lse, ctx.causal, config=ctx.bwd_config)
+        else:                                    # an autotuned entry point (kernel.bwd_autotune)
+            dq, dk, dv = ctx.bwd_config(grad_out, q, k, v, out, lse, ctx.causal)
+        return dq, dk, dv, None, None, None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    bwd_config: BwdConfig | None = None) -> torch.Tensor:
-    """Attention as an autograd op: :func:`kernel.flash_attn_fwd` forward, :func:`flash_attn_bwd` backward."""
-    return FlashAttention.apply(q, k, v, causal, bwd_config)
+                    bwd_config=None, fwd=None) -> torch.Tensor:
+    """Attention as an autograd op: :func:`kernel.flash_attn_fwd` forward, :func:`flash_attn_bwd` backward.
+
+    Args:
+        bwd_config: the backward's :class:`~kernel.flash_bwd.BwdConfig`, or an autotuned entry point
+            over an emitted list (:class:`kernel.bwd_autotune.AutotunedBackward`); default
+            :func:`default_bwd_config`.
+        fwd: the forward to use instead of :func:`kernel.flash_attn_fwd`, such as
+            ``kernel.autotuned.flash_attn_fwd_autotuned`` (same arguments, returns ``(out, lse)``).
+    """
+    return FlashAttention.apply(q, k, v, causal, bwd_config, fwd)

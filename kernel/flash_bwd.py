@@ -43,6 +43,8 @@ import triton.language as tl
 
 LOG2E = 1.4426950408889634
 DQ_MODES = ("pass", "atomic", "tma")
+# Compile options the launcher and the tuner's cross-compiler both pass (the forward's too).
+COMPILE_OPTIONS = {"enable_fp_fusion": True}
 PREPROCESS_BLOCK = 64          # query rows per program of the preprocess and dQ-finish kernels
 
 # ----------------------------------------------------------------------------- kernels
@@ -369,7 +371,7 @@ class BwdConfig:
     persistent: int = 0
 
     def _options(self, num_warps: int, num_stages: int) -> dict:
-        options = dict(num_warps=num_warps, num_stages=num_stages)
+        options = dict(num_warps=num_warps, num_stages=num_stages, **COMPILE_OPTIONS)
         if self.maxnreg:
             options["maxnreg"] = self.maxnreg
         return options
@@ -378,15 +380,20 @@ class BwdConfig:
         """(name, JIT kernel, constexprs, launch options) of each kernel a launch runs, in order."""
         options = self._options(self.num_warps, self.num_stages)
         atomic = self.dq_mode != "pass"
-        units = [("preprocess", bwd_preprocess_kernel, dict(BLOCK=PREPROCESS_BLOCK, ZERO_DQ=atomic),
-                  dict(num_warps=4, num_stages=1)),
+        small = dict(num_warps=4, num_stages=1, **COMPILE_OPTIONS)
+        units = [("preprocess", bwd_preprocess_kernel, dict(BLOCK=PREPROCESS_BLOCK, ZERO_DQ=atomic), small),
                  ("kv", bwd_kv_kernel, dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n,
                                             DQ_MODE=DQ_MODES.index(self.dq_mode), TMA=self.tma,
                                             PERSISTENT=self.persistent), options)]
         if atomic:
-            units.append(("dq_finish", bwd_dq_finish_kernel, dict(BLOCK=PREPROCESS_BLOCK),
-                          dict(num_warps=4, num_stages=1)))
+            units.append(("dq_finish", bwd_dq_finish_kernel, dict(BLOCK=PREPROCESS_BLOCK), small))
         else:
             units.append(("q", bwd_q_kernel, dict(BLOCK_M=self.block_m_q, BLOCK_N=self.block_n_q, TMA=self.tma),
                           self._options(self.num_warps_q, self.num_stages_q)))
         return units
+
+
+# Every JIT function of the backward, in file order: their source is the device code (the tuner's
+# compile cache is keyed on it).
+JIT_FUNCTIONS = (bwd_preprocess_kernel, _rows_source, _load_tile, _kv_steps, _bwd_kv_tile, bwd_kv_kernel, _q_steps,
+                 bwd_q_kernel, bwd_dq_finish_kernel)

@@ -1,11 +1,10 @@
 """FlashAttention-2 forward in Triton: one program per (query tile, batch x head).
 
-Read top to bottom: the kernel, the description of its arguments that the launcher
-and the tuner's cross-compiler share, the input checks, the launcher (a cached launch
-plan per input layout, so a repeated call costs little more than the launch itself),
-and the forward's entry point (the autograd op, with the backward, is in
-``flash_bwd.py``). This file imports nothing from ``tuner``; copy it into your own code. (It is longer than our ~400-line rule for modules because it is the one
-file a user copies, so it must stand alone.)
+Read top to bottom: the kernel, the description of its arguments that the launcher and
+the tuner's cross-compiler share (with the knob table), the config checks, the defaults, and
+the entry point, which keeps a launch plan per input layout (:mod:`kernel.launch`), so a
+repeated call costs little more than the launch itself. The autograd op, with the backward,
+is in ``flash_bwd.py``. Nothing here imports ``tuner``: copy the ``kernel`` package.
 
 Conventions:
     * ``q``: [B, H, N_q, D] or [B, N_q, D]; ``k``, ``v``: [B, H, N_k, D] or [B, N_k, D].
@@ -19,23 +18,22 @@ Conventions:
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
+from kernel.checks import check_inputs, check_outputs, check_tma_layout, is_count, is_pow2
+from kernel.launch import LaunchPlan, LaunchShape, LaunchSpec, cached_plan, plan_key, use_tma_allocator
+
 LOG2E = 1.4426950408889634
 LN2 = tl.constexpr(0.6931471805599453)  # a constexpr: the compiled kernel reads it
 
-HEAD_DIMS = (16, 32, 64, 128, 256)
 # Compile options the launcher and the tuner's cross-compiler both pass, so neither
 # depends on a Triton default (3.9 warns that fp fusion's default will change).
 COMPILE_OPTIONS = {"enable_fp_fusion": True}
-DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -196,33 +194,6 @@ def _flash_fwd_kernel(
 # ------------------------------------------- the kernel's arguments, shared with the tuner
 
 
-@dataclass(frozen=True)
-class LaunchShape:
-    """Everything about a launch that the JIT specialises on, except the pointers.
-
-    Strides are (batch, head, row) in elements; the unit stride of the head dimension
-    is not an argument at all (the launcher makes it 1), so it can never be
-    specialised differently by the launcher and the tuner's cross-compiler.
-    """
-
-    batch: int
-    heads: int
-    n_q: int
-    n_k: int
-    head_dim: int
-    q_strides: tuple[int, int, int]
-    k_strides: tuple[int, int, int]
-    v_strides: tuple[int, int, int]
-    o_strides: tuple[int, int, int]
-
-    @classmethod
-    def contiguous(cls, batch: int, heads: int, n_q: int, n_k: int, head_dim: int) -> LaunchShape:
-        """The shape of contiguous [B, H, N, D] tensors, as the tuner assumes."""
-        q = (heads * n_q * head_dim, n_q * head_dim, head_dim)
-        k = (heads * n_k * head_dim, n_k * head_dim, head_dim)
-        return cls(batch, heads, n_q, n_k, head_dim, q, k, k, q)
-
-
 def kernel_arguments(pointers: Sequence[Any], shape: LaunchShape, causal: bool) -> list[tuple[str, Any]]:
     """The runtime arguments of ``_flash_fwd_kernel`` in order, as (name, value).
 
@@ -241,111 +212,59 @@ def kernel_arguments(pointers: Sequence[Any], shape: LaunchShape, causal: bool) 
     ]
 
 
-# The knobs that are constexprs of the kernel, in signature order after CAUSAL, with their defaults.
-KNOB_CONSTEXPRS = (("TMA", False), ("WARP_SPEC", False), ("PERSISTENT", 0))
+class Knob(NamedTuple):
+    """A keyword of :func:`flash_attn_fwd` after the tiles, and how the kernel takes it."""
 
-# The knobs after (block_m, block_n, num_warps, num_stages) and their defaults, as the launcher takes them:
-# tma, warp_specialize, maxnreg, persistent (programs per SM, 0 for a program per tile).
-KNOB_DEFAULTS = (None, None, None, None, False, False, None, 0)
+    name: str                 # the launcher's keyword
+    default: Any              # its value when not given: the knob is off
+    constexpr: str | None     # the constexpr of _flash_fwd_kernel it sets; None: the compile option ``name``
 
+
+# The knobs, in the launcher's order: TMA loads of K and V, warp specialization of the key loop,
+# a register cap per thread, a persistent grid (programs per SM; 0: a program per query tile).
+KNOBS = (Knob("tma", False, "TMA"), Knob("warp_specialize", False, "WARP_SPEC"), Knob("maxnreg", None, None),
+         Knob("persistent", 0, "PERSISTENT"))
+# The knob constexprs of the kernel, in signature order after CAUSAL, with their defaults.
+KNOB_CONSTEXPRS = tuple((knob.constexpr, knob.default) for knob in KNOBS if knob.constexpr)
+# (block_m, block_n, num_warps, num_stages) and the knobs, with their defaults, as the launcher takes them.
+KNOB_DEFAULTS = (None, None, None, None) + tuple(knob.default for knob in KNOBS)
 # The kernel arguments whose change makes @triton.autotune tune again (it adds dtypes itself).
 AUTOTUNE_KEY = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
+# The JIT function a launch runs, and every JIT function whose source makes its device code.
+JIT_KERNEL = _flash_fwd_kernel
+JIT_FUNCTIONS = (_attend_tiles, _attend_query_tile, _flash_fwd_kernel)
+LAUNCH = LaunchSpec(kernel_arguments, KNOB_CONSTEXPRS, COMPILE_OPTIONS)
 
 
 # ------------------------------------------------------------------------------ checks
 
 
-def interpreting() -> bool:
-    """True when Triton runs kernels in its numpy interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def _is_pow2(value: int) -> bool:
-    return isinstance(value, int) and value > 0 and value & (value - 1) == 0
-
-
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.ndim not in (3, 4):
-            raise ValueError(f"{name} must be [B, H, N, D] or [B, N, D]; got {t.ndim} dims, shape {tuple(t.shape)}")
-        if t.dtype not in DTYPES:
-            raise TypeError(f"{name}.dtype is {t.dtype}; supported: float32, float16, bfloat16")
-        if t.device.type != "cuda" and not interpreting():
-            raise ValueError(f"{name} is on {t.device}; the kernel needs CUDA tensors "
-                             "(or TRITON_INTERPRET=1 set before importing kernel, to run on the CPU)")
-    if causal is not True and causal is not False:
-        raise TypeError(f"causal must be True or False; got {causal!r} ({type(causal).__name__})")
-    if not (q.ndim == k.ndim == v.ndim):
-        raise ValueError(f"q, k, v must have the same rank; got {q.ndim}, {k.ndim}, {v.ndim}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.dtype == torch.bfloat16 and interpreting():
-        raise TypeError("bfloat16 does not work under TRITON_INTERPRET=1: the interpreter's dot multiplies the raw "
-                        "bits and returns garbage; use float32 or float16 there, bfloat16 on a GPU")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
-    if q.shape[:-2] != k.shape[:-2]:
-        raise ValueError(f"q and k must agree on batch (and heads); got {tuple(q.shape)} and {tuple(k.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the head dim; got {q.shape[-1]} and {k.shape[-1]}")
-    if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"head dim {q.shape[-1]} is not supported; use one of {HEAD_DIMS}")
-
-
-def _is_count(value, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int, tma: bool = False,
+def check_config(block_m: int, block_n: int, num_warps: int, num_stages: int, tma: bool = False,
                   warp_specialize: bool = False, maxnreg: int | None = None, persistent: int = 0) -> None:
+    """Raise TypeError or ValueError, naming the value, unless the kernel can run this config."""
     for name, value in (("block_m", block_m), ("block_n", block_n)):
-        if not _is_pow2(value) or value < 16:
+        if not is_pow2(value) or value < 16:
             raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
-    if not _is_pow2(num_warps) or num_warps > 32:
+    if not is_pow2(num_warps) or num_warps > 32:
         raise ValueError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
-    if not _is_count(num_stages, 1):
+    if not is_count(num_stages, 1):
         raise ValueError(f"num_stages={num_stages!r} must be an integer >= 1")
     for name, value in (("tma", tma), ("warp_specialize", warp_specialize)):
         if value is not True and value is not False:
             raise TypeError(f"{name} must be True or False; got {value!r}")
-    if maxnreg is not None and not (_is_count(maxnreg, 24) and maxnreg <= 255 and maxnreg % 8 == 0):
+    if maxnreg is not None and not (is_count(maxnreg, 24) and maxnreg <= 255 and maxnreg % 8 == 0):
         raise ValueError(f"maxnreg={maxnreg!r} must be None or a multiple of 8 from 24 to 255 (registers per thread)")
-    if not _is_count(persistent, 0):
+    if not is_count(persistent, 0):
         raise ValueError(f"persistent={persistent!r} must be 0 (a program per tile) or the programs per SM (1, 2, ...)")
-
-
-def _check_tma_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """TMA reads each head's [N_k, D] keys through a descriptor: the head's first byte and
-    every row stride must be multiples of 16 bytes."""
-    element = k.element_size()
-    for name, t in (("k", k), ("v", v)):
-        head_strides = [t.stride(i) for i in range(t.ndim - 2)]
-        if t.data_ptr() % 16 or any(s * element % 16 for s in head_strides + [t.stride(-2)]):
-            raise ValueError(f"tma=True needs {name}'s start and its batch, head and row strides in multiples of "
-                             f"16 bytes; got strides {tuple(t.stride())} of {element}-byte elements at "
-                             f"address % 16 = {t.data_ptr() % 16}; use tma=False or a contiguous copy")
-
-
-def _check_output(given: torch.Tensor, name: str, shape, dtype, device) -> None:
-    if not isinstance(given, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(given).__name__}")
-    if tuple(given.shape) != tuple(shape) or given.dtype != dtype or given.device != device:
-        raise ValueError(f"{name} must be {tuple(shape)} {dtype} on {device}; "
-                         f"got {tuple(given.shape)} {given.dtype} on {given.device}")
 
 
 def default_config(head_dim: int, causal: bool = False, capability: int | None = None) -> dict:
     """A good config for a call that names none; the tuner finds better ones for your GPU and shape.
 
-    Hopper values are the winners of the ``hopper_knobs`` grid sweep on an H200 at
-    N=4096, bf16, with TMA loads (and a persistent grid at D=128); where warp specialization
-    or a register cap won, it was within the noise of the same config without it, which is
-    taken (docs/results/2026-11-30-h200-knobs.md). Elsewhere the
-    values are chosen to fit Ada's 99 KB of shared memory per block, knobs off.
+    Hopper values are the winners of the ``hopper_knobs`` grid sweep on an H200 at N=4096, bf16,
+    with TMA loads (and a persistent grid at D=128); where warp specialization or a register cap
+    won, it was within the noise of the config without it, which is taken
+    (docs/results/2026-11-30-h200-knobs.md). Elsewhere they fit Ada's 99 KB per block, knobs off.
 
     Args:
         head_dim: D.
@@ -372,154 +291,7 @@ def default_config(head_dim: int, causal: bool = False, capability: int | None =
     return dict(block_m=64, block_n=32, num_warps=4, num_stages=1)
 
 
-# ---------------------------------------------------------------------- launch plans
-#
-# Binding ~25 arguments through the JIT costs tens of microseconds of Python per call,
-# more than the kernel itself at small N. So the first call with a given layout
-# checks everything and works out a plan: output shapes, grid, the scalar arguments and,
-# after the JIT's own first launch, the compiled kernel. A later call whose plan key
-# matches (shapes, strides, dtypes, devices, pointer alignment, causal, config, the
-# outputs given) has passed the same checks and launches the compiled kernel directly.
-
-
-def _row_strides(shape, strides) -> tuple[int, int, int]:
-    """(batch, head, row) strides in elements; a [B, N, D] tensor is read as [B, 1, N, D]
-    with the head stride ``unsqueeze(1)`` would give (never used: there is one head)."""
-    if len(shape) == 3:
-        return strides[0], strides[1] * shape[1], strides[1]
-    return strides[0], strides[1], strides[2]
-
-
-def _contiguous_strides(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
-_RUNTIME = triton.knobs.runtime      # one object; profilers add their launch hooks to it
-
-
-def _busy(hook) -> bool:
-    """A launch hook is installed (a HookChain with calls, or a plain callable of older Triton)."""
-    return hook is not None and getattr(hook, "calls", True)
-
-
-try:
-    _current_stream = torch._C._cuda_getCurrentRawStream     # what Triton itself calls: no Python objects
-    _current_device = torch._C._cuda_getDevice
-except AttributeError:                                        # pragma: no cover (a torch without CUDA)
-    _current_stream = _current_device = None
-# Triton 3.6's launcher object is a thin Python wrapper over a C entry point; calling the entry
-# point directly saves a frame and two scratch-buffer checks per call. Other versions (whose
-# wrapper we have not measured) go through the wrapper.
-_DIRECT_LAUNCH = triton.__version__.startswith("3.6.")
-
-
-class LaunchPlan:
-    """One launch layout, worked out once from checked inputs; calling it runs the kernel.
-
-    Attributes:
-        shape: the :class:`LaunchShape` the kernel is specialised on.
-        grid: (query tiles, batch x heads); None when there is nothing to compute, and
-            unknown (None) tiles until an autotuner has chosen a config.
-        compiled: the compiled kernel once the JIT has launched it; None under the
-            interpreter, where every call goes through the JIT.
-    """
-
-    def __init__(self, kernel, launch: dict, q, k, v, causal: bool, out, lse):
-        batch, heads = q.shape[0], 1 if q.ndim == 3 else q.shape[1]
-        n_q, n_k, head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
-        self.kernel, self.launch, self.causal = kernel, launch, causal
-        self.out_shape, self.lse_shape = tuple(q.shape), tuple(q.shape[:-1])
-        self.dtype, self.device = q.dtype, q.device
-        # Inputs with a non-unit last stride are copied on every call (the kernel reads rows).
-        self.copy_inputs = not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1)
-        strides = [t.stride() if t.stride(-1) == 1 else _contiguous_strides(t.shape) for t in (q, k, v)]
-        o_strides = out.stride() if out is not None else _contiguous_strides(q.shape)
-        self.shape = LaunchShape(batch, heads, n_q, n_k, head_dim, *(_row_strides(q.shape, s) for s in strides),
-                                 _row_strides(q.shape, o_strides))
-        self._sms = _sm_count(q.device)
-        block_m = launch.get("BLOCK_M")
-        self.grid = None if batch * heads * n_q == 0 else (
-            self._grid(block_m, launch.get("PERSISTENT", 0)) if block_m else (None, batch * heads))
-        self.compiled = self._run = None
-        self._device_index = q.device.index
-
-    def _grid(self, block_m: int, persistent: int) -> tuple[int, int]:
-        """A program per (query tile, batch x head), or ``persistent`` programs per SM."""
-        tiles, heads = triton.cdiv(self.shape.n_q, block_m), self.shape.batch * self.shape.heads
-        if persistent:
-            return min(persistent * self._sms, tiles * heads), 1
-        return tiles, heads
-
-    def __call__(self, q, k, v, out=None, lse=None):
-        if self.copy_inputs:
-            q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-        if out is None:
-            out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
-        if lse is None:
-            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
-        grid, run = self.grid, self._run
-        if grid is None:
-            return out, lse
-        if (run is None or _current_device() != self._device_index or _busy(_RUNTIME.launch_enter_hook)
-                or _busy(_RUNTIME.launch_exit_hook)):
-            self._launch_jit(q, k, v, out, lse)      # first call, another device current, or a profiler's hooks
-        else:
-            run(grid[0], grid[1], 1, _current_stream(self._device_index), *self._head, q, k, v, out, lse,
-                *self._scalars)
-        return out, lse
-
-    def _launch_jit(self, q, k, v, out, lse) -> None:
-        """Launch through the JIT (or an autotuner over it), then keep its compiled kernel."""
-        args = [value for _, value in kernel_arguments((q, k, v, out, lse), self.shape, self.causal)]
-        compiled = self.kernel[lambda meta: self._grid(meta["BLOCK_M"], meta.get("PERSISTENT", 0))](
-            *args, HEAD_DIM=self.shape.head_dim, CAUSAL=self.causal, **self.launch, **COMPILE_OPTIONS)
-        if self.compiled is None and not interpreting() and getattr(compiled, "function", None) is not None:
-            self._adopt(compiled, args)
-
-    def _adopt(self, compiled, args) -> None:
-        """Keep what a direct launch of ``compiled`` needs: its launcher, grid and arguments."""
-        chosen = self.launch or self.kernel.best_config.kwargs      # an autotuner's pick
-        launcher = compiled.run
-        direct = (_DIRECT_LAUNCH and hasattr(launcher, "launch") and getattr(launcher, "global_scratch_size", 1) == 0
-                  and getattr(launcher, "profile_scratch_size", 1) == 0)
-        # What follows the stream: the C entry point also takes the cooperative and PDL flags and the
-        # two scratch buffers (none here); both take the packed metadata, launch metadata and the hooks.
-        flags = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None) if direct else ()
-        self._head = (compiled.function, *flags, compiled.packed_metadata, None, None, None)
-        knobs = tuple(chosen.get(name, default) for name, default in KNOB_CONSTEXPRS)
-        self.grid = self._grid(chosen["BLOCK_M"], knobs[-1])
-        # The launcher takes every argument, constexprs included, in signature order.
-        self._scalars = (tuple(args[5:]) + (self.shape.head_dim, chosen["BLOCK_M"], chosen["BLOCK_N"], self.causal)
-                         + knobs)
-        self.compiled, self._run = compiled, launcher.launch if direct else launcher
-
-
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4          # the interpreter: a few programs, so the persistent loop runs several tiles each
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    """Global scratch for device-side tensor descriptors (Triton asks for it per launch)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-_PLANS: dict[tuple, LaunchPlan] = {}
-_PLAN_LIMIT = 4096        # layouts kept; a process that makes more starts over
-
-
-def _plan_key(kernel, q, k, v, causal, config, out, lse) -> tuple:
-    # Pointer alignment is in the key: the JIT compiles 16-byte aligned pointers
-    # differently, so a misaligned view must never reuse an aligned tensor's binary.
-    return (kernel, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
-            q.device, k.device, v.device, q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16, causal, config,
-            None if out is None else (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() % 16),
-            None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() % 16))
+# ------------------------------------------------------------------------- entry point
 
 
 def _with_defaults(config: tuple, q, k, v, causal: bool) -> tuple:
@@ -530,42 +302,33 @@ def _with_defaults(config: tuple, q, k, v, causal: bool) -> tuple:
     tiles = tuple(defaults[name] if given is None else given for name, given in zip(names, config[:4]))
     if tuple(config[4:]) != KNOB_DEFAULTS[4:]:
         return tiles + tuple(config[4:])
-    tma = defaults.get("tma", False)
-    if tma:
+    knobs = {knob.name: defaults.get(knob.name, knob.default) for knob in KNOBS}
+    if knobs["tma"]:
         try:
-            _check_tma_layout(q, k, v)
+            check_tma_layout(q, k, v)
         except ValueError:
-            tma = False
-    return tiles + (tma, defaults.get("warp_specialize", False), defaults.get("maxnreg"),
-                    defaults.get("persistent", 0))
+            knobs["tma"] = False
+    return tiles + tuple(knobs.values())
 
 
 def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse) -> LaunchPlan:
     """Check every input as a first call must, then make the plan (``config`` None: an autotuner picks)."""
-    _check_inputs(q, k, v, causal)
+    check_inputs(q, k, v, causal)
     launch = {}
     if config is not None:
         if None in config[:4]:  # only untuned calls ask the device for defaults
             config = _with_defaults(config, q, k, v, causal)
         block_m, block_n, num_warps, num_stages, tma, warp_specialize, maxnreg, persistent = config
-        _check_config(*config)
+        check_config(*config)
         if tma:
-            _check_tma_layout(q, k, v)
-            if not interpreting():
-                triton.set_allocator(_scratch)
+            check_tma_layout(q, k, v)
+            use_tma_allocator()
         launch = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps, num_stages=num_stages,
                       TMA=tma, WARP_SPEC=warp_specialize, PERSISTENT=persistent)
         if maxnreg is not None:
             launch["maxnreg"] = maxnreg
-    if out is not None:
-        _check_output(out, "out", q.shape, q.dtype, q.device)
-        if out.stride(-1) != 1:
-            raise ValueError(f"out needs a unit last stride; got strides {tuple(out.stride())}")
-    if lse is not None:
-        _check_output(lse, "lse", q.shape[:-1], torch.float32, q.device)
-        if not lse.is_contiguous():
-            raise ValueError(f"lse must be contiguous; got strides {tuple(lse.stride())}")
-    return LaunchPlan(kernel, launch, q, k, v, causal, out, lse)
+    check_outputs(q, out, lse)
+    return LaunchPlan(kernel, launch, q, k, v, causal, out, lse, LAUNCH)
 
 
 def plan_for(kernel, config: tuple | None, q, k, v, causal=False, out=None, lse=None) -> LaunchPlan:
@@ -577,17 +340,10 @@ def plan_for(kernel, config: tuple | None, q, k, v, causal=False, out=None, lse=
     if config is not None and len(config) < len(KNOB_DEFAULTS):
         config = tuple(config) + KNOB_DEFAULTS[len(config):]
     try:
-        key = _plan_key(kernel, q, k, v, causal, config, out, lse)
-        plan = _PLANS.get(key)
+        key = plan_key(kernel, q, k, v, causal, config, out, lse)
     except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
-        key = plan = None
-    if plan is None:
-        plan = _checked_plan(kernel, config, q, k, v, causal, out, lse)
-        if key is not None:
-            if len(_PLANS) >= _PLAN_LIMIT:
-                _PLANS.clear()
-            _PLANS[key] = plan
-    return plan
+        key = None
+    return cached_plan(key, lambda: _checked_plan(kernel, config, q, k, v, causal, out, lse))
 
 
 def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,

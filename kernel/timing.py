@@ -9,19 +9,23 @@
   from HBM, as ``do_bench``'s L2 flush made it do, but without a flush in the timed loop.
 * :func:`host_us` is the host time per call: the rate at which calls are enqueued,
   back to back, before a single synchronise.
+* :func:`interleaved_rounds` times candidates side by side in rounds whose order rotates:
+  the one protocol of the finalists, the benchmarks and the experiments.
 
 Both are used the same way for our kernel and for SDPA, so ratios compare like with like.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
 import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -106,6 +110,16 @@ def _one_pass_ms(calls: Sequence[Callable[[], object]]) -> float:
     return start.elapsed_time(end)
 
 
+class OnStream(list):
+    """Calls that a CUDA graph must capture on one stream: autograd runs each backward op on the
+    stream its forward ran on, so a baseline's forwards are made on ``stream`` and its backward
+    calls are captured there (:func:`gpu_time` reads ``stream`` off the calls)."""
+
+    def __init__(self, calls: Sequence[Callable[[], object]], stream):
+        super().__init__(calls)
+        self.stream = stream
+
+
 def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0,
                        settle_ms: float = 0.0, stream: torch.cuda.Stream | None = None) -> list[float]:
     """GPU ms per call of each timed replay of a CUDA graph that cycles through ``calls``.
@@ -120,7 +134,7 @@ def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40
     Raises:
         RuntimeError: the calls cannot be captured (the caller falls back to do_bench).
     """
-    side = stream or torch.cuda.Stream()     # warm up on the stream that captures: handles made per stream
+    side = stream or getattr(calls, "stream", None) or torch.cuda.Stream()   # warm up where the graph captures
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for call in calls:                   # compile and load outside the capture
@@ -192,31 +206,95 @@ def sdpa_call(q, k, v, causal: bool) -> Callable[[], object]:
     return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+def sdpa_pin(backend: str) -> Callable[[], AbstractContextManager]:
+    """A context that pins SDPA to ``backend`` (a key of :data:`SDPA_BACKENDS`), around a measurement."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return lambda: sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[backend]))
+
+
+Pinned = tuple[Callable[[], AbstractContextManager], Sequence[Callable[[], object]]]   # (pin, calls)
+
+
+def runs(pinned: Pinned) -> bool:
+    """Whether the first call runs under its pin (a backend that refuses the shape raises RuntimeError)."""
+    pin, calls = pinned
+    with pin():
+        try:
+            calls[0]()
+            torch.cuda.synchronize()
+        except RuntimeError:
+            return False
+    return True
+
+
+def time_backends(backends: Mapping[str, Pinned], rep_ms: float = 40.0, warmup_ms: int = 10,
+                  settle_ms: float = 0.0, host: bool = True) -> dict[str, dict[str, float | str | None]]:
+    """Each baseline ``name -> (pin, calls)``: GPU ms, host µs, method, with the pin held around its
+    measurements, not inside the timed call. One that refuses the shape gets None. ``settle_ms``
+    as in :func:`gpu_time`; ``host`` False skips the host timing."""
+    results: dict[str, dict[str, float | str | None]] = {}
+    for name, (pin, calls) in backends.items():
+        if not runs((pin, calls)):
+            results[name] = {"ms": None, "host_us": None, "method": None}
+            continue
+        with pin():
+            timing = gpu_time(calls, rep_ms, warmup_ms, settle_ms)
+            results[name] = {"ms": timing.ms, "host_us": host_us(calls[0]) if host else None,
+                             "method": timing.method}
+    return results
+
+
+def sdpa_backends(sets: Sequence[tuple], causal: bool) -> dict[str, Pinned]:
+    """SDPA's flash and cuDNN backends on the input sets ``[(q, k, v), ...]``, each with its pin."""
+    return {backend: (sdpa_pin(backend), [sdpa_call(q, k, v, causal) for q, k, v in sets])
+            for backend in SDPA_BACKENDS}
+
+
 def time_sdpa(sets: Sequence[tuple], causal: bool, rep_ms: float = 40.0,
               warmup_ms: int = 10, settle_ms: float = 0.0,
               host: bool = True) -> dict[str, dict[str, float | str | None]]:
-    """Each SDPA backend on the input sets ``[(q, k, v), ...]``: GPU ms, host µs, method.
+    """Each SDPA backend on the input sets ``[(q, k, v), ...]``: GPU ms, host µs, method
+    (:func:`time_backends`)."""
+    return time_backends(sdpa_backends(sets, causal), rep_ms, warmup_ms, settle_ms, host)
 
-    The backend is pinned once around its measurements, not inside the timed call.
-    A backend that refuses the shape gets None. ``settle_ms`` as in :func:`gpu_time`;
-    ``host`` False skips the host timing.
+
+def round_orders(keys: Sequence[str], rounds: int) -> list[list[str]]:
+    """The order of each round: rotated by one each time, so no candidate always goes first or last."""
+    keys = list(keys)
+    return [keys[r % len(keys):] + keys[:r % len(keys)] for r in range(rounds)] if keys else []
+
+
+def interleaved_rounds(candidates: Mapping[str, Sequence[Callable[[], object]]], rounds: int,
+                       rep_ms: float = RETIME[0], settle_ms: float = RETIME[1], warmup_ms: int = 10,
+                       pins: Mapping[str, Callable[[], AbstractContextManager]] | None = None,
+                       measure: Callable[[Sequence[Callable[[], object]]], object] | None = None,
+                       ) -> dict[str, list]:
+    """Candidates timed side by side: each once per round, the order rotating (:func:`round_orders`).
+
+    The one protocol of every re-timing (the finalists, the benchmarks, the experiments): a
+    machine whose clock wanders shifts every candidate's rounds alike, so their medians compare.
+
+    Args:
+        candidates: name -> the calls one measurement cycles through (input sets, see :func:`gpu_time`).
+        rounds: how many times each is measured.
+        rep_ms, settle_ms, warmup_ms: each measurement's window (:func:`gpu_time`); default
+            :data:`RETIME`, the finalists' settled, longer windows.
+        pins: name -> a context held around that candidate's measurement (an SDPA backend's pin).
+        measure: what to take of each candidate instead of :func:`gpu_time`'s ms (a wall clock in
+            the interpreter, host µs per call for host-time rounds, every replay's time).
+
+    Returns:
+        name -> its time in each round, in round order.
     """
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    results: dict[str, dict[str, float | str | None]] = {}
-    for backend, name in SDPA_BACKENDS.items():
-        with sdpa_kernel(getattr(SDPBackend, name)):
-            calls = [sdpa_call(q, k, v, causal) for q, k, v in sets]
-            try:
-                calls[0]()
-                torch.cuda.synchronize()
-            except RuntimeError:
-                results[backend] = {"ms": None, "host_us": None, "method": None}
-                continue
-            timing = gpu_time(calls, rep_ms, warmup_ms, settle_ms)
-            results[backend] = {"ms": timing.ms, "host_us": host_us(calls[0]) if host else None,
-                                "method": timing.method}
-    return results
+    pins = pins or {}
+    times: dict[str, list] = {name: [] for name in candidates}
+    for order in round_orders(list(candidates), rounds):
+        for name in order:
+            with pins.get(name, contextlib.nullcontext)():
+                calls = candidates[name]
+                times[name].append(measure(calls) if measure else gpu_time(calls, rep_ms, warmup_ms, settle_ms).ms)
+    return times
 
 
 def warm_gpu(seconds: float = 1.5) -> None:

@@ -31,35 +31,35 @@ stage() {
               grep -E "passed|failed|error|graph .* do_bench|host µs|ncu " "$W/gputests.log" | tail -12;;
     bwdtests) timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py \
                 > "$W/bwdtests.log" 2>&1; tail -15 "$W/bwdtests.log";;
-    bwdexplore) python3 -m kernel.bench_bwd --explore --jobs 15 --json "$W/bwdexplore.json" \
+    bwdexplore) python3 -m benchmarks.bwd --explore --jobs 15 --json "$W/bwdexplore.json" \
                   --markdown "$W/bwdexplore.md" > "$W/bwdexplore.log" 2>&1; echo "bench_bwd rc=$?"
                 grep -vE "^\||^  precompile" "$W/bwdexplore.log" | tail -40; cat "$W/bwdexplore.md";;
-    bwdbench) python3 -m kernel.bench_bwd --json "$W/bwdbench.json" --markdown "$W/bwdbench.md" > "$W/bwdbench.log" 2>&1
+    bwdbench) python3 -m benchmarks.bwd --json "$W/bwdbench.json" --markdown "$W/bwdbench.md" > "$W/bwdbench.log" 2>&1
               echo "bench_bwd rc=$?"; cat "$W/bwdbench.md";;
     knobtests) timeout 500 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_knobs.py \
                  > "$W/knobtests.log" 2>&1; tail -5 "$W/knobtests.log";;
-    knobs) python3 -m kernel.bench_knobs --json "$W/knobs.json" --markdown "$W/knobs.md" > "$W/knobs.log" 2>&1
-           echo "bench_knobs rc=$?"; grep -A16 "^Finalists" "$W/knobs.log";;
+    knobs) python3 -m benchmarks.knobs --json "$W/knobs.json" --markdown "$W/knobs.md" > "$W/knobs.log" 2>&1
+           echo "knobs rc=$?"; grep -A16 "^Finalists" "$W/knobs.log";;
     knobgrid) /usr/bin/time -f "knobgrid wall %e s" python3 -m tuner.sweep --study hopper_knobs --gpu sm_90 \
                 --sampler grid --storage "sqlite:///$W/knobs.db" --out "$W/knobgrid" --no-outputs > "$W/knobgrid.log" 2>&1
               echo "knobgrid rc=$?"; grep -vE "^\[|^compiling" "$W/knobgrid.log" | tail -30;;
     kverify) python3 -m tuner.emit --study hopper_knobs --gpu sm_90 --storage "sqlite:///$PWD/.cache/carry/knobs.db" \
                --out "$W/knobs_configs.py" --verify "$W/kverify.md" > "$W/kverify.log" 2>&1; echo "verify rc=$?"
              tail -9 "$W/kverify.md";;
-    kbench) python3 -m kernel.bench --head-dim 64 --head-dim 128 --n 4096 --markdown "$W/kbench.md" \
+    kbench) python3 -m benchmarks.vs_sdpa --head-dim 64 --head-dim 128 --n 4096 --markdown "$W/kbench.md" \
               --json "$W/kbench.json" 2>&1 | grep -v "^|" ;;
-    host) python3 -m tuner.bench_timing host --markdown "$W/host.md" 2>&1 | tail -12;;
-    bench) python3 -m kernel.bench --head-dim 64 --head-dim 128 --n 512 --n 4096 --markdown "$W/bench.md" \
+    host) python3 -m benchmarks.timing host --markdown "$W/host.md" 2>&1 | tail -12;;
+    bench) python3 -m benchmarks.vs_sdpa --head-dim 64 --head-dim 128 --n 512 --n 4096 --markdown "$W/bench.md" \
              --json "$W/bench.json" 2>&1 | grep -v "^|" ;;
     grid1|grid2) sweep --gpu sm_90 --sampler grid --storage "sqlite:///$W/$1.db" --out "$W/$1" > "$W/$1.log" 2>&1
                  grep -vE "^\[|^compiling" "$W/$1.log" | tail -40;;
     tpe) sweep --gpu sm_89 --storage "sqlite:///$W/tpe.db" --out "$W/tpe" > "$W/tpe.log" 2>&1
          grep -vE "^\[|^compiling" "$W/tpe.log" | tail -30;;
-    bars) python3 -m tuner.bench_timing grids --storage "sqlite:///$W/grid1.db" --storage "sqlite:///$W/grid2.db" \
+    bars) python3 -m benchmarks.timing grids --storage "sqlite:///$W/grid1.db" --storage "sqlite:///$W/grid2.db" \
             --markdown "$W/grids.md" 2>&1 | tail -14
-          python3 -m tuner.bench_search stability --storage "sqlite:///$W/grid1.db" --study article --gpu sm_90 \
+          python3 -m benchmarks.search stability --storage "sqlite:///$W/grid1.db" --study article --gpu sm_90 \
             --markdown "$W/stability.md" 2>&1 | tail -10
-          python3 -m tuner.bench_timing tpe --storage "sqlite:///$W/tpe.db" --grid "sqlite:///$W/grid1.db" \
+          python3 -m benchmarks.timing tpe --storage "sqlite:///$W/tpe.db" --grid "sqlite:///$W/grid1.db" \
             --markdown "$W/tpe.md" 2>&1 | tail -14;;
     emit) python3 -m tuner.emit --study article --gpu sm_90 --storage "sqlite:///$W/grid1.db" \
             --out "$W/configs_h200.py" --verify "$W/verify.md" > "$W/emit.log" 2>&1; echo "emit rc=$?"; tail -12 "$W/verify.md";;
@@ -81,7 +81,7 @@ stage() {
             python3 -m tuner.sweep --study article --gpu sm_90 --sampler grid --workers ${1#w} \
             --storage "sqlite:///$W/$1.db" --out "$W/$1" > "$W/$1.log" 2>&1
           echo "$1 rc=$?"; grep -vE "^\[|^compiling" "$W/$1.log" | tail -14;;
-    wbars) python3 -m tuner.bench_timing grids --storage "sqlite:///$W/w1.db" --storage "sqlite:///$W/w2.db" \
+    wbars) python3 -m benchmarks.timing grids --storage "sqlite:///$W/w1.db" --storage "sqlite:///$W/w2.db" \
              --markdown "$W/wgrids.md" 2>&1 | tail -14
            for d in w1 w2; do echo "-- $d"; python3 scripts/store_report.py "$W/$d.db" article; done
            python3 -c "import sqlite3; c = sqlite3.connect('$W/w2.db'); print('w2 timed configs per device:', \

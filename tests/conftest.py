@@ -144,7 +144,7 @@ def hand_rows(run_id: int, overrides: dict | None = None) -> list:
     """Result rows for :data:`HAND_ROWS` on both shapes (``overrides``: config -> column values)."""
     import datetime as dt
 
-    from tuner.space import Config
+    from tuner.kernels.triton_fwd import FwdConfig as Config
     from tuner.store import Result
 
     rows = []

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import kernel
-from kernel import bench as kernel_bench
-from tuner import bench_search, dashboard, emit, sweep
+from benchmarks import search as bench_search, vs_sdpa as kernel_bench
+from tuner import dashboard, emit, sweep
 from tuner.budget.__main__ import main as budget_main
 from tuner.store import Run, Store
 

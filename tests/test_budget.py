@@ -9,8 +9,9 @@ from tuner import budget
 from tuner.budget import CompileInfo
 from tuner.budget.__main__ import main as budget_main
 from tuner.gpus import GpuSpec, valid_names
+from tuner.kernels import TritonFeatures
+from tuner.kernels.triton_fwd import KERNEL, TMA_BARRIERS, FwdConfig as Config, knob_restriction, restriction
 from tuner.problem import Problem
-from tuner.space import Config, SearchSpace, restriction
 from tuner.status import Status
 
 SM89, SM90 = GpuSpec.from_name("sm_89"), GpuSpec.from_name("sm_90")
@@ -143,7 +144,7 @@ def test_model_bounds_the_compiler_with_knobs_on_hopper():
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("target", ["sm_80", "sm_89", "sm_90"])
 def test_model_matches_compiler_whole_space(target, head_dim):
-    _assert_model_matches(GpuSpec.from_name(target), SearchSpace().configs(head_dim), head_dim)
+    _assert_model_matches(GpuSpec.from_name(target), KERNEL.space().configs(head_dim), head_dim)
 
 
 def _assert_model_matches(gpu, configs, head_dim):
@@ -153,12 +154,12 @@ def _assert_model_matches(gpu, configs, head_dim):
 
     def off(r):
         if r.config.tma and gpu.capability >= 90:
-            return not 0 <= r.model_bytes - r.compiled_bytes <= budget.TMA_BARRIERS - 8
+            return not 0 <= r.model_bytes - r.compiled_bytes <= TMA_BARRIERS - 8
         return r.model_bytes != r.compiled_bytes
     wrong = [(r.config.key, r.model_bytes, r.compiled_bytes) for r in results
              if r.compiled_bytes is not None and off(r)]
     compiled = sum(r.compiled_bytes is not None for r in results)
-    assert compiled == sum(restriction(c, head_dim) is None and budget.knob_restriction(c, gpu) is None
+    assert compiled == sum(restriction(c, head_dim) is None and knob_restriction(c, gpu) is None
                            for c in configs)
     assert not wrong, f"{len(wrong)} of {compiled} disagree on {gpu.name} D={head_dim}: {wrong[:10]}"
 
@@ -198,7 +199,7 @@ def test_launcher_and_cross_compiler_specialise_alike():
         kernel.flash_attn_fwd(q, k, v, **config.as_kwargs())
         launch = (config.block_m, config.block_n, config.num_warps, config.num_stages, config.tma,
                   config.warp_specialize, config.maxnreg or None, config.persistent)
-        compiled = kernel.plan_for(kernel.flash_fwd._flash_fwd_kernel, launch, q, k, v).compiled
+        compiled = kernel.plan_for(kernel.JIT_KERNEL, launch, q, k, v).compiled
         info = budget.compile_config(budget.CompileTask(config, problem, gpu.capability))
         assert compiled.metadata.shared == info.shared_bytes
         assert compiled.n_regs == info.registers
@@ -214,7 +215,7 @@ def test_verdicts_hold_on_the_device(head_dim):
 
     gpu = GpuSpec.from_name("auto")
     problem = Problem(batch=1, heads=2, n_q=512, n_k=512, head_dim=head_dim)
-    results = budget.check_many(SearchSpace().all_configs(), problem, gpu,
+    results = budget.check_many(KERNEL.space().all_configs(), problem, gpu,
                                 progress=lambda done, total: done % 50 == 0 and print(f"compiled {done}/{total}"))
     q, k, v = (torch.randn(1, 2, 512, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     counts = {"launched": 0, "over_smem_failed": 0}
@@ -246,31 +247,31 @@ def test_verdicts_hold_on_the_device(head_dim):
 def test_hopper_knobs_are_unsupported_on_ada_before_any_compile(knobs, reason, monkeypatch):
     from tuner.budget import _compile
 
-    monkeypatch.setattr(_compile, "_compile_uncached", lambda task: pytest.fail(f"compiled {task.config.key}"))
+    monkeypatch.setattr(_compile, "_compile_unit", lambda unit, *_: pytest.fail(f"compiled {unit.name}"))
     result = budget.check(Config(64, 64, 4, 2, **knobs), Problem(), GpuSpec.from_name("sm_89"))
     assert result.verdict == "unsupported" and result.reason == reason and result.compiled_bytes is None
 
 
 def test_warp_specialization_at_four_warps_is_refused_before_the_compiler_fails():
     gpu = GpuSpec.from_name("sm_90")
-    assert "8 or more warps" in budget.knob_restriction(Config(64, 64, 4, 3, tma=True, warp_specialize=True), gpu)
-    assert budget.knob_restriction(Config(64, 64, 4, 1, tma=True, warp_specialize=True), gpu) is None
-    assert budget.knob_restriction(Config(128, 64, 8, 3, tma=True, warp_specialize=True), gpu) is None
+    assert "8 or more warps" in knob_restriction(Config(64, 64, 4, 3, tma=True, warp_specialize=True), gpu)
+    assert knob_restriction(Config(64, 64, 4, 1, tma=True, warp_specialize=True), gpu) is None
+    assert knob_restriction(Config(128, 64, 8, 3, tma=True, warp_specialize=True), gpu) is None
 
 
 def test_the_plain_kernel_and_a_persistent_grid_stay_supported_on_ada():
     gpu = GpuSpec.from_name("sm_89")
-    assert budget.knob_restriction(Config(64, 64, 4, 2, persistent=2), gpu) is None
-    assert budget.knob_restriction(Config(64, 64, 4, 2, maxnreg=168), gpu) is None
+    assert knob_restriction(Config(64, 64, 4, 2, persistent=2), gpu) is None
+    assert knob_restriction(Config(64, 64, 4, 2, maxnreg=168), gpu) is None
 
 
 def test_knobs_a_triton_version_lacks_drop_out_naming_the_version():
-    old = budget.TritonFeatures(version="3.2.0", tensor_descriptors=False, warp_specialize=False, maxnreg=False)
+    old = TritonFeatures(version="3.2.0", tensor_descriptors=False, warp_specialize=False, maxnreg=False)
     gpu = GpuSpec.from_name("sm_90")
-    assert "Triton 3.2.0 lacks" in budget.knob_restriction(Config(64, 64, 4, 2, tma=True), gpu, old)
-    assert "Triton 3.2.0 lacks" in budget.knob_restriction(Config(64, 64, 4, 2, warp_specialize=True), gpu, old)
-    assert "no maxnreg option" in budget.knob_restriction(Config(64, 64, 4, 2, maxnreg=128), gpu, old)
-    assert budget.knob_restriction(Config(128, 64, 8, 2, tma=True, warp_specialize=True, maxnreg=128), gpu) is None
+    assert "Triton 3.2.0 lacks" in knob_restriction(Config(64, 64, 4, 2, tma=True), gpu, old)
+    assert "Triton 3.2.0 lacks" in knob_restriction(Config(64, 64, 4, 2, warp_specialize=True), gpu, old)
+    assert "no maxnreg option" in knob_restriction(Config(64, 64, 4, 2, maxnreg=128), gpu, old)
+    assert knob_restriction(Config(128, 64, 8, 2, tma=True, warp_specialize=True, maxnreg=128), gpu) is None
 
 
 def test_a_register_cap_below_the_accumulators_is_restricted():

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from kernel.timing import attention_flops
 from tuner import dashboard
 from tuner.gpus import GpuSpec
 from tuner.store import Result, Run, Store
@@ -122,8 +121,11 @@ def test_the_roof_is_right_at_known_points():
 
 
 def test_compulsory_bytes_count_q_k_v_o_and_lse_once():
-    row = Result(batch=2, heads=3, n_q=100, n_k=50, head_dim=64, dtype="bf16")
-    assert dashboard.compulsory_bytes(row) == 2 * 3 * ((2 * 100 * 64 + 2 * 50 * 64) * 2 + 4 * 100)
+    from tuner.kernels.triton_fwd import KERNEL
+    from tuner.problem import Problem
+
+    problem = Problem(batch=2, heads=3, n_q=100, n_k=50, head_dim=64, dtype="bf16")
+    assert KERNEL.compulsory_bytes(problem) == 2 * 3 * ((2 * 100 * 64 + 2 * 50 * 64) * 2 + 4 * 100)
 
 
 # ---------------------------------------------------------------------- the H200 rows
@@ -158,8 +160,7 @@ def test_roofline_points_sit_under_the_roof_and_within_reach_of_it(recorded):
     rows = [r for r in recorded.results() if r.status == "timed"]
     spec = GpuSpec.from_name("h200")
     for row in rows:
-        intensity = attention_flops(row.batch, row.heads, row.n_q, row.n_k, row.head_dim, row.causal) / \
-            dashboard.compulsory_bytes(row)
+        intensity = dashboard.intensity(row)
         assert row.tflops <= dashboard.roof_tflops(spec, intensity), (row.config, row.shape)
     best = max(r.tflops for r in rows)
     assert best > 0.3 * spec.peak_bf16_tflops      # a roof 1000x too low, or points 1000x too high, fails here

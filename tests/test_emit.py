@@ -11,11 +11,11 @@ import torch
 
 from tuner import emit
 from tuner.gpus import GpuSpec
+from tuner.kernels.triton_fwd import KERNEL, FwdConfig as Config
 from tuner.problem import Problem
-from tuner.space import Config
 from tuner.store import Finalist
 
-HAND = types.SimpleNamespace(name="hand")
+HAND = types.SimpleNamespace(name="hand", kernel=KERNEL)
 SM90 = GpuSpec.from_name("sm_90")
 S1, S2 = "B1 H2 Nq128 Nk128 D64 bf16", "B1 H2 Nq128 Nk128 D64 bf16 causal"
 
@@ -114,7 +114,7 @@ def test_shipped_config_lists_fit_sm_90_and_run_in_the_autotuned_entry_point(mod
     from tuner.budget import verdict
 
     shipped = importlib.import_module(f"kernel.{module}")
-    configs = [Config.from_triton(config) for config in shipped.CONFIGS]
+    configs = [KERNEL.from_triton(config) for config in shipped.CONFIGS]
     for c in configs:
         for d in head_dims:
             for causal in (False, True):
@@ -140,5 +140,5 @@ def test_an_emitted_triton_config_stands_for_its_config(key):
     import triton
 
     config = Config.parse(key)
-    source = emit.triton_config(config)
-    assert Config.from_triton(eval(source, {"triton": triton})) == config      # noqa: S307 (our own output)
+    source = KERNEL.triton_config(config)
+    assert KERNEL.from_triton(eval(source, {"triton": triton})) == config      # noqa: S307 (our own output)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.budget import specialisation
-from tuner.gate import edge_gates, gate_compile_problems, gate_shapes, make_case, ragged_gate
+from tuner.gate import edge_gates, gate_compile_problems, gate_shapes, ragged_gate
+from tuner.kernels.triton_fwd import KERNEL, FwdConfig as Config
 from tuner.problem import Problem
-from tuner.space import Config
 
 STUDY_SHAPE = Problem(batch=4, heads=8, n_q=4096, n_k=4096, head_dim=64, dtype="bf16", causal=True)
 
@@ -25,22 +24,23 @@ def test_edge_shapes_leave_one_valid_row_and_key_and_fewer_keys_than_a_tile(bloc
 
 def test_the_edge_shapes_share_one_specialisation_which_the_sweep_compiles_ahead():
     config = Config(128, 64, 8, 3)
-    keys = {specialisation(g.problem) for g in edge_gates(STUDY_SHAPE, config)}
+    keys = {KERNEL.specialisation(g.problem) for g in edge_gates(STUDY_SHAPE, config)}
     assert len(keys) == 1
-    assert {specialisation(p) for p in gate_compile_problems(STUDY_SHAPE, config)} == keys
-    assert keys != {specialisation(STUDY_SHAPE)}
+    assert {KERNEL.specialisation(p) for p in gate_compile_problems(STUDY_SHAPE, config)} == keys
+    assert keys != {KERNEL.specialisation(STUDY_SHAPE)}
 
 
 def test_the_ragged_gate_runs_the_timed_binary():
     for heads in (1, 8, 16, 32):
         shape = Problem(heads=heads)
         gate = ragged_gate(shape)
-        assert specialisation(gate.problem) == specialisation(shape)
+        assert KERNEL.specialisation(gate.problem) == KERNEL.specialisation(shape)
         assert gate.problem.n_q % 64 and gate.problem.n_k % 64 and gate.problem.n_q != gate.problem.n_k
 
 
 def test_gate_cases_have_v_in_another_layout_than_k():
     short = gate_shapes(Problem(head_dim=16, dtype="fp32"), Config(16, 32, 1, 1), small=True)[2]
-    case = make_case(short, "cpu")
-    assert case["k"].stride() != case["v"].stride() and case["k"].shape == case["v"].shape
-    assert case["reference"][0].dtype.is_floating_point and case["torch_error"].out >= 0
+    case = KERNEL.make_case(short, "cpu")
+    k, v = case.tensors["k"], case.tensors["v"]
+    assert k.stride() != v.stride() and k.shape == v.shape
+    assert case.reference[0].dtype.is_floating_point and case.torch_error.out >= 0

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import kernel
-from kernel.flash_fwd import _PLANS, _flash_fwd_kernel, plan_for
+from kernel.flash_fwd import JIT_KERNEL, plan_for
+from kernel.launch import PLANS
 from kernel.reference import rel_err
 
 FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -195,7 +196,7 @@ def test_bad_outputs_name_the_value(device):
 
 
 def _plan(q, k, v, causal=False, config=(32, 32, 4, 2), out=None, lse=None):
-    return plan_for(_flash_fwd_kernel, config, q, k, v, causal, out, lse)
+    return plan_for(JIT_KERNEL, config, q, k, v, causal, out, lse)
 
 
 def test_a_repeated_call_reuses_its_plan_and_any_change_makes_another(device):
@@ -241,7 +242,7 @@ def test_a_hit_skips_no_check_that_a_changed_input_needs(device):
         kernel.flash_attn_fwd(q, q, q.half(), block_m=16, block_n=16)
     with pytest.raises(ValueError, match="k and v must have the same shape"):
         kernel.flash_attn_fwd(q, q, q[:, :, :8], block_m=16, block_n=16)
-    assert len(_PLANS) >= 1
+    assert len(PLANS) >= 1
 
 
 def test_three_d_inputs_use_one_head(device, fresh_inputs, assert_matches_reference):
@@ -264,7 +265,7 @@ def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, config, 
     """The direct path as Triton's own launch would make it: grid, stream, function, (the C entry
     point's cooperative and PDL flags and scratch buffers), packed metadata, no launch metadata or
     hooks, then every kernel argument with the constexprs. CI has no GPU, so a fake launcher records."""
-    import kernel.flash_fwd as ff
+    import kernel.launch as ff
 
     calls = []
 
@@ -294,7 +295,9 @@ def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, config, 
     head = (*grid, 1, "STREAM", "FUNCTION", *flags, "PACKED", None, None, None)
     assert calls[0][0] == ("entry" if direct else "wrapper")
     assert calls[0][1][:len(head)] == head
-    assert calls[0][1][len(head):] == (*args, 16, 32, 16, True, *knobs)
+    # the knob constexprs in signature order: the ones the case sets, then the defaults of any others
+    constexprs = (*knobs, *(default for _, default in kernel.flash_fwd.KNOB_CONSTEXPRS[len(knobs):]))
+    assert calls[0][1][len(head):] == (*args, 16, 32, 16, True, *constexprs)
 
 
 # ------------------------------------------------------------------------------- GPU only

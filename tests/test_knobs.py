@@ -91,14 +91,14 @@ def test_bad_knob_values_name_the_value(knob, value, message, device):
 
 def test_knobs_are_part_of_the_plan(device):
     """A call with a knob must never reuse the plain config's plan (and its binary)."""
-    from kernel.flash_fwd import _PLANS
+    from kernel.launch import PLANS
 
     q = torch.randn(1, 2, 40, 16, device=device)
     kernel.flash_attn_fwd(q, q, q, block_m=16, block_n=16)
-    before = len(_PLANS)
+    before = len(PLANS)
     kernel.flash_attn_fwd(q, q, q, block_m=16, block_n=16, persistent=1)
     kernel.flash_attn_fwd(q, q, q, block_m=16, block_n=16, tma=True)
-    assert len(_PLANS) == before + 2
+    assert len(PLANS) == before + 2
 
 
 # ------------------------------------------------------------------------------- GPU only
@@ -138,18 +138,18 @@ def test_a_default_call_drops_tma_where_the_layout_cannot_take_it(device, fresh_
     """A call that names no config must never fail on a layout only TMA refuses: the default's
     TMA is dropped there (an explicit tma=True is refused, see above)."""
     import kernel.flash_fwd as ff
-    from kernel.flash_fwd import _PLANS
+    from kernel.launch import PLANS
 
     monkeypatch.setattr(ff, "default_config", lambda head_dim, causal, capability=None: dict(
         block_m=16, block_n=16, num_warps=4, num_stages=2, tma=True, persistent=1))
-    _PLANS.clear()
+    PLANS.clear()
     q, k, v, seed = fresh_inputs((1, 2, 30, 18), (1, 2, 30, 18), FP32, device)
     q, k, v = (t[..., :16] for t in (q, k, v))                          # rows of 72 B
     out, lse = _run(q, k, v, True)
     assert_matches_reference(out, lse, q, k, v, True, seed)
-    plan = next(iter(_PLANS.values()))
+    plan = next(iter(PLANS.values()))
     assert plan.launch["TMA"] is False and plan.launch["PERSISTENT"] == 1
-    _PLANS.clear()
+    PLANS.clear()
 
 
 @GPU_ONLY

@@ -1,4 +1,5 @@
-"""The package as installed: studies ship as package data, every import is declared, CLIs resolve."""
+"""The package as installed: studies ship as package data, every import is declared, CLIs resolve,
+and the benchmarks run from any folder."""
 
 from __future__ import annotations
 
@@ -35,22 +36,28 @@ def installed(tmp_path_factory) -> Path:
     return site
 
 
-def test_the_wheel_ships_the_studies_and_both_packages(installed):
+BENCHMARKS = ("vs_sdpa", "knobs", "search", "timing", "store", "timing_experiment")
+
+
+def test_the_wheel_ships_the_studies_and_the_packages(installed):
     assert {p.name for p in (installed / "tuner" / "studies").glob("*.toml")} >= {
         "article.toml", "head_dim_128.toml", "long_context.toml", "autotune_race.toml"}
-    assert (installed / "kernel" / "flash_fwd.py").exists()
+    assert (installed / "kernel" / "flash_fwd.py").exists() and (installed / "kernel" / "launch.py").exists()
+    assert (installed / "tuner" / "kernels" / "triton_fwd.py").exists()
+    assert {f"{name}.py" for name in BENCHMARKS} <= {p.name for p in (installed / "benchmarks").glob("*.py")}
     assert (installed / "tuner" / "budget" / "__main__.py").exists()
     metadata = next(installed.glob("fa2_tuner-*.dist-info")) / "METADATA"
     requires = [line for line in metadata.read_text().splitlines() if line.startswith("Requires-Dist")]
     for name in ("torch", "triton", "optuna", "sqlalchemy", "plotly", "tqdm"):
         assert any(name in line.lower() for line in requires), name
     entry_points = (next(installed.glob("fa2_tuner-*.dist-info")) / "entry_points.txt").read_text()
-    assert "fa2-tuner = tuner.sweep:main" in entry_points
+    assert "fa2-tuner = tuner.commands:main" in entry_points
 
 
 def test_the_wheel_holds_every_module_of_the_repo(installed):
     def python_files(root: Path) -> set[str]:
-        return {str(p.relative_to(root)) for folder in ("kernel", "tuner") for p in (root / folder).rglob("*.py")}
+        return {str(p.relative_to(root)) for folder in ("kernel", "tuner", "benchmarks")
+                for p in (root / folder).rglob("*.py")}
 
     modules, shipped = python_files(ROOT), python_files(installed)
     assert modules <= shipped, sorted(modules - shipped)
@@ -67,6 +74,33 @@ def test_the_installed_package_finds_its_studies_from_another_folder(installed, 
     help_text = subprocess.run([sys.executable, "-m", "tuner.sweep", "--help"], cwd=tmp_path, capture_output=True,
                                text=True, env={"PYTHONPATH": str(installed), "PATH": "/usr/bin:/bin"})
     assert help_text.returncode == 0 and "examples:" in help_text.stdout
+
+
+def _run_installed(installed: Path, folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=folder, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(installed), "PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_every_benchmark_runs_from_outside_the_checkout(installed, tmp_path, name):
+    result = _run_installed(installed, tmp_path, "-m", f"benchmarks.{name}", "--help")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"python -m benchmarks.{name}" in result.stdout
+    probe = _run_installed(installed, tmp_path, "-c", f"import benchmarks.{name} as b, sys; print(b.__file__)")
+    assert str(installed) in probe.stdout, probe.stdout + probe.stderr[-1000:]
+
+
+def test_the_console_entry_point_lists_its_commands_and_refuses_an_unknown_one(installed, tmp_path):
+    help_text = _run_installed(installed, tmp_path, "-m", "tuner.commands", "--help")
+    assert help_text.returncode == 0, help_text.stderr[-2000:]
+    for command in ("sweep", "budget", "emit", "dashboard", "profile", "kernels"):
+        assert f"\n  {command} " in help_text.stdout and f"fa2-tuner {command}" in help_text.stdout
+    unknown = _run_installed(installed, tmp_path, "-m", "tuner.commands", "nope")
+    assert unknown.returncode == 2 and "unknown command 'nope'" in unknown.stderr
+    bad = _run_installed(installed, tmp_path, "-m", "tuner.commands", "budget", "--gpu", "sm_77")
+    assert bad.returncode == 2 and "unknown GPU" in bad.stderr
+    listed = _run_installed(installed, tmp_path, "-m", "tuner.commands", "kernels")
+    assert listed.returncode == 0 and "triton (pass fwd)" in listed.stdout, listed.stderr[-2000:]
 
 
 def test_every_third_party_import_is_a_declared_dependency():

@@ -15,13 +15,14 @@ import pytest
 
 from tests.conftest import HAND_GPU, HAND_SHAPES
 from tuner import profile
+from tuner.kernels.triton_fwd import KERNEL, FwdConfig as Config
 from tuner.problem import Problem
 from tuner.profile.__main__ import main as profile_main
-from tuner.space import Config
 from tuner.store import Finalist, Profile, Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
-HAND_STUDY = types.SimpleNamespace(name="hand", shapes=tuple(Problem.from_label(s) for s in HAND_SHAPES))
+HAND_STUDY = types.SimpleNamespace(name="hand", shapes=tuple(Problem.from_label(s) for s in HAND_SHAPES),
+                                   kernel=KERNEL, kernel_name="triton", pass_="fwd")
 FAKE_NCU = """#!{python}
 # Stands in for ncu: replays the H200 output saved for the requested target.
 import json, os, sys
@@ -86,18 +87,18 @@ def test_real_output_of_our_kernel_reads_back_in_stored_units():
 
 
 def test_sdpa_backends_are_found_by_their_kernel_names():
-    flash = profile.pick_kernel(profile.parse_raw_csv(fixture("flash.csv")), profile.KINDS["sdpa_flash"][1])
-    cudnn = profile.pick_kernel(profile.parse_raw_csv(fixture("cudnn.csv")), profile.KINDS["sdpa_cudnn"][1])
+    flash = profile.pick_kernel(profile.parse_raw_csv(fixture("flash.csv")), target("sdpa_flash").pattern)
+    cudnn = profile.pick_kernel(profile.parse_raw_csv(fixture("cudnn.csv")), target("sdpa_cudnn").pattern)
     assert "flash_fwd_kernel" in flash.kernel_name and "cudnn" in cudnn.kernel_name
     assert cudnn.values["duration_us"] < flash.values["duration_us"]
 
 
 def test_a_kernel_name_that_is_not_found_is_named_with_what_ran():
-    pattern = profile.KINDS["sdpa_flash"][1]
+    pattern = target("sdpa_flash").pattern
     with pytest.raises(profile.NcuOutputError, match=r"no profiled kernel matches .*; kernels profiled: _flash_fwd_k"):
         profile.pick_kernel(profile.parse_raw_csv(fixture("ours.csv")), pattern)
     with pytest.raises(profile.NcuOutputError):
-        profile.pick_kernel(profile.parse_raw_csv(fixture("flash.csv")), profile.KINDS["ours"][1])
+        profile.pick_kernel(profile.parse_raw_csv(fixture("flash.csv")), target("ours").pattern)
 
 
 def test_a_metric_missing_from_the_output_is_named():
@@ -152,9 +153,11 @@ def test_the_command_profiles_only_the_launch_program_with_clocks_left_alone():
 
 
 def _finalists(db: Store, shape: str, keys: list[str]) -> None:
+    """``keys`` re-timed in that order: each round of a later rank a little slower."""
     db.replace_finalists([Finalist(run_id=1, study="hand", target="sm_90", gpu=HAND_GPU, shape=shape, config=key,
                                    rank=rank, rounds=5, median_ms=0.01, min_ms=0.01, max_ms=0.01, spread=0.0,
-                                   times="[]") for rank, key in enumerate(keys, start=1)])
+                                   times=json.dumps([0.01 * (1 + rank / 100)] * 5))
+                          for rank, key in enumerate(keys, start=1)])
 
 
 def _profile(db: Store, ncu: Path, top: int = 2) -> list[Profile]:

@@ -8,7 +8,7 @@ import sys
 import optuna
 
 from tuner import search
-from tuner.space import Config
+from tuner.kernels.triton_fwd import FwdConfig as Config
 from tuner.study import load
 
 
@@ -19,13 +19,13 @@ def test_tpe_encoding_is_ordinal_and_decodes_to_configs():
     assert {type(dists[name]).__name__ for name in tiles} == {"IntDistribution"}
     assert (dists["log2_block_m"].low, dists["log2_block_m"].high) == (4, 8)
     # the knobs: unordered choices, each over the study's values
-    assert {name: dists[name].choices for name in search.KNOBS} == {
+    assert {name: dists[name].choices for name in ("tma", "warp_specialize", "maxnreg", "persistent")} == {
         "tma": (False, True), "warp_specialize": (False,), "maxnreg": (0,), "persistent": (0,)}
-    config = search.config_of({"log2_block_m": 8, "log2_block_n": 6, "log2_num_warps": 4, "stages": 3})
+    config = search.config_of({"log2_block_m": 8, "log2_block_n": 6, "log2_num_warps": 4, "stages": 3}, Config)
     assert config == Config(256, 64, 16, 3)      # a trial stored before the knobs: all off
-    assert search.config_of({"block_m": 256, "block_n": 64, "num_warps": 16, "num_stages": 3}) == config
+    assert search.config_of({"block_m": 256, "block_n": 64, "num_warps": 16, "num_stages": 3}, Config) == config
     knobbed = search.config_of({"log2_block_m": 7, "log2_block_n": 7, "log2_num_warps": 3, "stages": 3, "tma": True,
-                                "warp_specialize": False, "maxnreg": 168, "persistent": 2})
+                                "warp_specialize": False, "maxnreg": 168, "persistent": 2}, Config)
     assert knobbed == Config(128, 128, 8, 3, tma=True, maxnreg=168, persistent=2)
 
 
@@ -38,7 +38,7 @@ def test_orphans_are_found_only_for_dead_processes(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     dead.set_user_attr(search.OWNER_ATTR, f"{search.owner().rpartition(':')[0]}:{child.pid}")
-    orphans, foreign = search.orphaned_trials(study)
+    orphans, foreign = search.orphaned_trials(study, Config)
     assert [o.number for o in orphans] == [dead.number] and foreign == 1
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tuner.budget import specialisation
 from tuner.gate import ragged_gate
 from tuner.study import StudyError, load, shipped
 
@@ -20,7 +19,8 @@ def test_shipped_studies_load(name):
     study = load(name)
     assert study.shapes and study.configs()
     # The ragged gate shape must run the binary that is timed (same JIT specialisation).
-    assert all(specialisation(ragged_gate(s).problem) == specialisation(s) for s in study.shapes)
+    spec = study.kernel.specialisation
+    assert all(spec(ragged_gate(s).problem) == spec(s) for s in study.shapes)
 
 
 def test_shipped_studies_are_package_data_found_from_any_folder(tmp_path):
@@ -57,10 +57,9 @@ def test_a_plain_study_keeps_its_fingerprint_from_before_the_knobs():
     part of the fingerprint (this one is the article study's before the knobs existed)."""
     from dataclasses import replace
 
-    from tuner.space import SearchSpace
 
     study = load("article")
-    plain = replace(study, space=SearchSpace.plain())
+    plain = replace(study, space=study.kernel.plain_space())
     assert plain.fingerprint == "2247fdf397f796df"
     assert study.fingerprint != plain.fingerprint
 

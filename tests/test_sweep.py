@@ -205,8 +205,8 @@ def test_without_cuda_the_sweep_runs_the_budget_stage_and_writes_only_under_out(
 
 def test_a_config_between_the_study_values_is_restricted(tmp_path):
     from tuner.gpus import GpuSpec
-    from tuner.space import Config
-    from tuner.stages import budget_stage
+    from tuner.kernels.triton_fwd import FwdConfig as Config
+    from tuner.pre_gpu_stages import budget_stage
 
     path = tmp_path / "gaps.toml"
     path.write_text("[problem]\nhead_dim = 16\n[space]\nblock_m = [16, 64]\nnum_stages = [1, 3]\n")
@@ -218,8 +218,8 @@ def test_a_config_between_the_study_values_is_restricted(tmp_path):
 
 def test_a_target_other_than_the_gpu_present_is_compiled_for_both():
     from tuner.gpus import GpuSpec
-    from tuner.space import Config
-    from tuner.stages import compile_plan
+    from tuner.kernels.triton_fwd import FwdConfig as Config
+    from tuner.pre_gpu_stages import compile_plan
 
     study = load("article")
     config = Config(64, 64, 4, 3)

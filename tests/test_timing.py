@@ -29,11 +29,15 @@ def test_the_environment_line_names_gpu_driver_versions_and_date():
 @pytest.mark.gpu
 def test_graph_timer_agrees_with_do_bench_at_n_4096():
     """At N=4096 the launcher is a small share of a 0.3 ms kernel, so the two must agree within 3%."""
-    from kernel.bench import make_sets, set_calls
+    from benchmarks.vs_sdpa import make_sets, set_calls
 
     timing.warm_gpu()
-    sets = make_sets(4, 8, 4096, 64, torch.bfloat16)
-    calls = set_calls(sets, False, dict(block_m=128, block_n=64, num_warps=8, num_stages=3))
+    from tuner.kernels.triton_fwd import FwdConfig
+    from tuner.problem import Problem
+
+    problem = Problem(4, 8, 4096, 4096, 64, "bf16", False)
+    sets = make_sets(problem)
+    calls = set_calls(sets, problem, FwdConfig(128, 64, 8, 3))
     graph = timing.gpu_time(calls, rep_ms=100)
     bench = timing.do_bench_median(calls[0], 25, 200)
     print(f"\ngraph {graph.ms:.4f} ms ({graph.method}, {len(sets)} sets), do_bench {bench:.4f} ms")
@@ -48,12 +52,12 @@ def test_a_planned_call_costs_the_host_far_less_than_the_jit_launch():
     import statistics
 
     from kernel import flash_attn_fwd
-    from kernel.flash_fwd import _flash_fwd_kernel, plan_for
+    from kernel.flash_fwd import JIT_KERNEL, plan_for
 
     q, k, v = (torch.randn(4, 8, 512, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     config = dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
     out, lse = flash_attn_fwd(q, k, v, **config)
-    plan = plan_for(_flash_fwd_kernel, tuple(config.values()), q, k, v, False, out, lse)
+    plan = plan_for(JIT_KERNEL, tuple(config.values()), q, k, v, False, out, lse)
     paths = {"planned": lambda: flash_attn_fwd(q, k, v, **config, out=out, lse=lse),
              "jit": lambda: plan._launch_jit(q, k, v, out, lse)}
     rounds = {name: [] for name in paths}

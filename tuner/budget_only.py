@@ -11,8 +11,8 @@ import time
 from collections import Counter
 
 from tuner import budget, records
+from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage
 from tuner.records import RunContext
-from tuner.stages import Rejection, budget_stage, compile_plan, compile_stage
 from tuner.status import Stage, Status
 from tuner.store import Store
 

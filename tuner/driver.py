@@ -1,7 +1,7 @@
 """The sweep: configs from Optuna, through budget, compile, check and time, into the store.
 
 :class:`Sweep` asks Optuna for a batch of trials, rejects what the budget rejects
-(:mod:`tuner.stages`), compiles the rest on all cores while the previous batch is being
+(:mod:`tuner.pre_gpu_stages`), compiles the rest on all cores while the previous batch is being
 checked and timed in the isolated worker (:mod:`tuner.runner`), and commits each
 trial's rows before telling Optuna its value. After the search, each shape's finalists
 are re-timed together (:mod:`tuner.finalists`). Without a GPU, :meth:`Sweep.budget_only`
@@ -24,11 +24,11 @@ from tuner import finalists, records, search
 from tuner.budget import CompilePool, CompileTask
 from tuner.budget_only import budget_only
 from tuner.gpus import GpuSpec
+from tuner.outcome import TrialOutcome, WorkerFailed
+from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage
 from tuner.records import RunContext
 from tuner.report import Clock, Progress
-from tuner.runner import GpuWorker, TrialOutcome, WorkerFailed
-from tuner.space import Config
-from tuner.stages import Rejection, budget_stage, compile_plan, compile_stage
+from tuner.runner import GpuWorker
 from tuner.status import Stage, Status
 from tuner.store import Result, Store
 
@@ -58,7 +58,7 @@ class Asked:
     """A trial asked from Optuna, with its compiles in flight or its rejection."""
 
     number: int
-    config: Config
+    config: object
     tasks: list[CompileTask]
     futures: list[Future]
     rejection: Rejection | None = None
@@ -128,9 +128,10 @@ class Sweep:
         deadline = time.perf_counter() + options.timeout_s if options.timeout_s else None
         self.progress = Progress(self.search.total, min(self.search.finished(), self.search.total))
         self.clock.workers = options.workers
-        self.slots = [Slot(i, GpuWorker(ctx.study.shapes, (ctx.study.timing.warmup_ms, ctx.study.timing.rep_ms),
-                                        options.trial_timeout_s, options.device, i), replace(ctx, baselines={}))
-                      for i in range(options.workers)]
+        timing = (ctx.study.timing.warmup_ms, ctx.study.timing.rep_ms)
+        kernel = (ctx.study.kernel_name, ctx.study.pass_)
+        self.slots = [Slot(i, GpuWorker(ctx.study.shapes, timing, options.trial_timeout_s, options.device, i, kernel),
+                           replace(ctx, baselines={})) for i in range(options.workers)]
         self.pool = CompilePool(jobs)
         try:
             self._search(deadline)
@@ -347,18 +348,19 @@ class Sweep:
         if self.options.finalists > 0:
             self.retime_finalists()
 
-    def _retime_on_devices(self, orders: dict[str, list[list[Config]]]) -> dict[str, dict[str, list[float]]]:
+    def _retime_on_devices(self, chosen: dict[str, list]) -> dict[str, dict[str, list[float]]]:
         """Each shape's finalists re-timed together on one device (so a shape's configs are
         never compared across GPUs); with several devices, the shapes are dealt out among them."""
-        slots = self.slots
-        share = {slot.index: {label: order for i, (label, order) in enumerate(orders.items())
+        slots, rounds = self.slots, self.options.rounds
+        share = {slot.index: {label: configs for i, (label, configs) in enumerate(chosen.items())
                               if i % len(slots) == slot.index} for slot in slots}
         with ThreadPoolExecutor(len(slots)) as threads:
-            parts = [threads.submit(slot.worker.retime, share[slot.index]) for slot in slots if share[slot.index]]
+            parts = [threads.submit(slot.worker.retime, share[slot.index], rounds) for slot in slots
+                     if share[slot.index]]
             times: dict[str, dict[str, list[float]]] = {}
             for part in parts:
                 times.update(part.result())
-        return {label: times[label] for label in orders if label in times}
+        return {label: times[label] for label in chosen if label in times}
 
     def retime_finalists(self) -> dict[str, finalists.ShapeVerdict]:
         """Re-time each shape's top configs together and store the verdicts."""
@@ -368,10 +370,9 @@ class Sweep:
         if not chosen:
             return {}
         started = time.perf_counter()
-        orders = {label: [[Config.parse(key) for key in order] for order in
-                          finalists.round_orders(keys, self.options.rounds)] for label, keys in chosen.items()}
+        parse = ctx.study.kernel.config_type.parse
         try:
-            times = self._retime_on_devices(orders)
+            times = self._retime_on_devices({label: [parse(key) for key in keys] for label, keys in chosen.items()})
         except WorkerFailed as failure:
             print(f"finalists were not re-timed: {failure.reason}", file=sys.stderr)
             return {}

@@ -1,10 +1,11 @@
 """``python -m tuner.emit``: the sweep's results as a ``@triton.autotune`` config list.
 
 The file it writes (and prints) holds ``CONFIGS``, a list of ``triton.Config`` to paste
-into the kernel, and ``KEY``, the autotune key. The list has every shape's winner
-(the finalists' winner where they were re-timed, with the runner-up too when the two are
-within the noise), then the best configs across shapes (``--top``), deduplicated and
-ranked. Each entry carries its measured ms, TFLOP/s, % of SDPA and shared memory on
+into the kernel, and ``KEY``, the autotune key (both in the study's kernel's own form,
+:meth:`tuner.kernels.TunableKernel.triton_config`). The list has every shape's winner
+(:mod:`tuner.winners`: the finalists' winner where they were re-timed, with the runner-up
+too when the two are within the noise), then the best configs across shapes (``--top``),
+deduplicated and ranked. Each entry carries its measured ms, TFLOP/s, % of SDPA and shared memory on
 the target as comments. Only configs timed on every shape are eligible, and every
 entry is checked against the target's budget before anything is written.
 
@@ -15,21 +16,18 @@ of the study, the config the autotuner picks from the list against the shape's b
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernel import AUTOTUNE_KEY
-from tuner import budget, records
-from tuner.cli import pct, usage_error
-from tuner.finalists import ShapeVerdict, judge
+from tuner import budget, records, winners
+from tuner.finalists import ShapeVerdict
+from tuner.formatting import pct, usage_error
 from tuner.gpus import GpuSpec
 from tuner.problem import Problem
-from tuner.space import Config
 from tuner.status import Status
 from tuner.store import DEFAULT_OUT, DEFAULT_URL, Result, Store, StoreError
-from tuner.study import Study, StudyError, load
+from tuner.study import PASSES, Study, StudyError, load
 
 
 class EmitError(ValueError):
@@ -38,7 +36,7 @@ class EmitError(ValueError):
 
 @dataclass
 class Entry:
-    config: Config
+    config: object
     score: float
     rows: list[Result]                                   # all its rows
     notes: list[str] = field(default_factory=list)       # why it is in the list, one comment line each
@@ -52,29 +50,23 @@ class Emitted:
     gpu: str = ""                                        # whose measurements
 
 
-def verdicts_of(db: Store, study: str, target: str, gpu: str) -> dict[str, ShapeVerdict]:
-    """The stored finalists of each shape, judged again from their stored times."""
-    times: dict[str, dict[str, list[float]]] = {}
-    sdpa: dict[str, dict[str, float | None]] = {}
-    for finalist in db.finalists(study, target, gpu):
-        times.setdefault(finalist.shape, {})[finalist.config] = json.loads(finalist.times)
-        sdpa[finalist.shape] = {"flash": finalist.flash_ms, "cudnn": finalist.cudnn_ms}
-    return {shape: judge(shape, per_config, sdpa[shape]) for shape, per_config in times.items()}
-
-
-def select(rows: list[Result], verdicts: dict[str, ShapeVerdict], top: int) -> list[Entry]:
-    """Each shape's winner (and runner-up within the noise), then the ``top`` best across shapes."""
+def select(rows: list[Result], verdicts: dict[str, ShapeVerdict], top: int, config_type) -> list[Entry]:
+    """Each shape's winner (and runner-up within the noise) among the configs timed on every
+    shape, then the ``top`` best across shapes."""
     timed = records.fully_timed(rows)
     scores = records.scores(rows)
     entries: dict[str, Entry] = {}
 
     def entry(key: str) -> Entry:
-        return entries.setdefault(key, Entry(Config.parse(key), scores[key], timed[key]))
+        return entries.setdefault(key, Entry(config_type.parse(key), scores[key], timed[key]))
 
     for shape in dict.fromkeys(r.shape for r in rows):
-        verdict = verdicts.get(shape)
-        if verdict and all(key in timed for key in verdict.kept):
-            for index, key in enumerate(verdict.kept):
+        chosen = winners.choice(rows, shape, verdicts.get(shape), eligible=timed)
+        if chosen is None:
+            continue
+        verdict = chosen.verdict
+        if verdict:
+            for index, key in enumerate(chosen.keys):
                 row = next(r for r in timed[key] if r.shape == shape)
                 timing = verdict.ranked[index]
                 flash, cudnn = verdict.sdpa_ms(row)
@@ -86,13 +78,11 @@ def select(rows: list[Result], verdicts: dict[str, ShapeVerdict], top: int) -> l
                     f"{' (SDPA re-timed in the same rounds)' * bool(verdict.cudnn_ms)}; {verdict.sentence()}")
                 entries[key].wins += index == 0
             continue
-        candidates = [r for rs in timed.values() for r in rs if r.shape == shape]
-        if candidates:
-            best = min(candidates, key=lambda r: r.ms)
-            entry(best.config).notes.append(
-                f"best for {shape}: {best.ms:.4f} ms, {best.tflops:.0f} TFLOP/s, {pct(best.pct_flash)} of "
-                f"SDPA-flash, {pct(best.pct_cudnn)} of SDPA-cuDNN (not re-timed)")
-            entries[best.config].wins += 1
+        best = next(r for r in timed[chosen.winner] if r.shape == shape)
+        entry(best.config).notes.append(
+            f"best for {shape}: {best.ms:.4f} ms, {best.tflops:.0f} TFLOP/s, {pct(best.pct_flash)} of "
+            f"SDPA-flash, {pct(best.pct_cudnn)} of SDPA-cuDNN (not re-timed)")
+        entries[best.config].wins += 1
     for key in sorted(scores, key=lambda k: (-scores[k], k))[:top]:
         if key not in entries:
             entry(key).notes.append(f"not a shape's best; {scores[key]:.3f} of the best time, geometric mean "
@@ -119,12 +109,12 @@ def check_budget(entries: list[Entry], target: GpuSpec) -> None:
                                 f"{row.smem_bytes} B > {row.smem_limit_bytes} B")
 
 
-def render(entries: list[Entry], study: str, target: GpuSpec, gpu: str, rows: list[Result], command: str) -> str:
+def render(entries: list[Entry], study: Study, target: GpuSpec, gpu: str, rows: list[Result], command: str) -> str:
     """The Python file: a docstring with provenance, KEY, and CONFIGS with measured comments."""
-    first = rows[0]
+    first, kernel = rows[0], study.kernel
     dates = sorted(r.created_at for r in rows)
     lines = [
-        f'"""@triton.autotune configs for the FA2 forward, from fa2-tuner study {study!r}.',
+        f'"""@triton.autotune configs for the {kernel.description}, from fa2-tuner study {study.name!r}.',
         "",
         f"Target {target.name} ({target.card}); measured on {gpu}; torch {first.torch_version}, "
         f"triton {first.triton_version}, driver {first.driver}; {dates[0]:%Y-%m-%d} to {dates[-1]:%Y-%m-%d}.",
@@ -134,9 +124,9 @@ def render(entries: list[Entry], study: str, target: GpuSpec, gpu: str, rows: li
         "per call (CUDA-graph replay); % of SDPA = SDPA time / this config's time x 100, in the same run.",
         '"""',
         "",
-        "import triton",
+        kernel.emitted_imports,
         "",
-        f"KEY = {list(AUTOTUNE_KEY)!r}",
+        f"KEY = {list(kernel.autotune_key)!r}",
         "",
         "CONFIGS = [",
     ]
@@ -145,19 +135,9 @@ def render(entries: list[Entry], study: str, target: GpuSpec, gpu: str, rows: li
         smem = next((r.smem_bytes for r in entry.rows if r.smem_bytes), None)
         limit = next((r.smem_limit_bytes for r in entry.rows if r.smem_limit_bytes), target.smem_per_block_optin)
         lines += [f"    # {note}" for note in entry.notes]
-        lines.append(f"    {triton_config(c)},  # smem {smem} B of {limit} B on {target.name}")
+        lines.append(f"    {kernel.triton_config(c)},  # smem {smem} B of {limit} B on {target.name}")
     lines += ["]", ""]
     return "\n".join(lines)
-
-
-def triton_config(config: Config) -> str:
-    """``config`` as the ``triton.Config(...)`` source of an autotune list: tiles and the knob
-    constexprs set (TMA, WARP_SPEC, PERSISTENT) as kwargs, the launch options and maxnreg after."""
-    kwargs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n}
-    kwargs |= {name: value for name, value in config.constexprs().items() if value}
-    text = ", ".join(f'"{name}": {value}' for name, value in kwargs.items())
-    cap = f", maxnreg={config.maxnreg}" if config.maxnreg else ""
-    return f"triton.Config({{{text}}}, num_warps={config.num_warps}, num_stages={config.num_stages}{cap})"
 
 
 def emit(db: Store, study: Study, target: GpuSpec, gpu_used: str | None = None, top: int = 3,
@@ -171,19 +151,16 @@ def emit(db: Store, study: Study, target: GpuSpec, gpu_used: str | None = None, 
     Raises:
         EmitError: nothing timed, an unknown ``gpu_used``, or a config over the budget.
     """
-    rows = [r for r in db.results(study.name, target.name) if r.gpu != "none"]
-    gpus = sorted({r.gpu for r in rows}, key=lambda g: -sum(r.gpu == g and r.status == Status.TIMED for r in rows))
-    if gpu_used is not None:
-        if gpu_used not in gpus:
-            raise EmitError(f"--gpu-used {gpu_used!r}: the store has {gpus or 'no GPU measurements'}")
-        gpus = [gpu_used]
-    rows = [r for r in rows if gpus and r.gpu == gpus[0]]
+    try:
+        gpu, rows = winners.measured_on(db.results(study.name, target.name), gpu_used)
+    except ValueError as exc:
+        raise EmitError(str(exc)) from None
     if not records.fully_timed(rows):
         raise EmitError(f"no config of study {study.name!r} was timed on every shape on {target.name} in {db.url}; "
                         f"run python -m tuner.sweep --study {study.name} --gpu {target.name} on a GPU first")
-    entries = select(rows, verdicts_of(db, study.name, target.name, gpus[0]), top)
+    entries = select(rows, winners.verdicts_of(db, study.name, target.name, gpu), top, study.kernel.config_type)
     check_budget(entries, target)
-    return Emitted(render(entries, study.name, target, gpus[0], rows, command), entries, gpus[0])
+    return Emitted(render(entries, study, target, gpu, rows, command), entries, gpu)
 
 
 def write(emitted: Emitted, path: Path) -> None:
@@ -201,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", required=True, help="study name or file, as given to the sweep")
     parser.add_argument("--gpu", required=True, help="the sweep's target (sm_89, sm_90, h200, ...)")
+    parser.add_argument("--pass", dest="pass_", choices=PASSES, default=None,
+                        help="the pass to tune: fwd, bwd (the backward, against SDPA's) or fwd+bwd (a training step's "
+                             "attention); default the study's own (fwd). Another pass than the study file's tunes its "
+                             "shapes over that pass's default space, stored as study <name>-<pass>")
     parser.add_argument("--storage", default=DEFAULT_URL, help=f"database URL (default {DEFAULT_URL})")
     parser.add_argument("--gpu-used", help="which GPU's measurements, when the store has several (default: the one "
                                            "with most timed configs)")
@@ -216,7 +197,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        study = load(args.study)
+        study = load(args.study).for_pass(getattr(args, "pass_", None))
         target = GpuSpec.from_name(args.gpu)
     except (StudyError, ValueError, RuntimeError) as exc:
         return usage_error(parser, str(exc))
@@ -240,9 +221,9 @@ def main(argv=None) -> int:
     if args.verify:
         from tuner.verify import verify
 
-        winners = {shape: v.winner.config for shape, v in verdicts_of(db, study.name, target.name,
-                                                                        emitted.gpu).items()}
-        return verify(out, study, db.results(study.name, target.name), Path(args.verify), winners)
+        rows = db.results(study.name, target.name, emitted.gpu)
+        return verify(out, study, rows, Path(args.verify), winners.verdicts_of(db, study.name, target.name,
+                                                                              emitted.gpu))
     return 0
 
 

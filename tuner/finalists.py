@@ -3,8 +3,9 @@
 A search times each config once, so two configs a few percent apart can swap places
 from one run to the next. The finalists of a shape (its top K by time, plus the best
 config overall) are therefore timed again side by side, in interleaved rounds whose
-order rotates, and the winner is the best *median* over rounds. Everything here is a
-pure function of timings; the worker measures, :mod:`tuner.driver` stores.
+order rotates (:func:`kernel.timing.interleaved_rounds`), and the winner is the best
+*median* over rounds. Everything here is a pure function of timings; the worker measures,
+:mod:`tuner.driver` stores, :mod:`tuner.winners` reads the verdicts back.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import json
 import statistics
 from dataclasses import dataclass
 
+from kernel.timing import round_orders
 from tuner.outcome import SDPA_KEYS
-from tuner.records import scores
+from tuner.records import best_across_shapes
 from tuner.status import Status
 from tuner.store import Finalist, Result
 
@@ -24,8 +26,7 @@ __all__ = ["FinalistTiming", "ShapeVerdict", "judge", "round_orders", "select_fi
 def select_finalists(rows: list[Result], top: int = 5) -> dict[str, list[str]]:
     """Shape label -> config keys to re-time: the shape's ``top`` fastest, plus the best
     config across shapes (by :func:`tuner.records.scores`) wherever it was timed."""
-    overall = scores(rows)
-    best_overall = max(overall, key=overall.get) if overall else None
+    best_overall = best_across_shapes(rows)
     chosen: dict[str, list[str]] = {}
     for shape in dict.fromkeys(r.shape for r in rows):
         timed = sorted((r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms),
@@ -36,11 +37,6 @@ def select_finalists(rows: list[Result], top: int = 5) -> dict[str, list[str]]:
         if keys:
             chosen[shape] = keys
     return chosen
-
-
-def round_orders(keys: list[str], rounds: int) -> list[list[str]]:
-    """The order of each round: rotated by one each time, so no config always goes first or last."""
-    return [keys[r % len(keys):] + keys[:r % len(keys)] for r in range(rounds)] if keys else []
 
 
 @dataclass(frozen=True)

@@ -6,25 +6,34 @@ from dataclasses import dataclass, field
 
 from tuner.status import Status
 
-__all__ = ["SDPA_KEYS", "ShapeOutcome", "TrialOutcome", "WorkerFailed"]
+__all__ = ["SDPA_KEYS", "NamedError", "ShapeOutcome", "TrialOutcome", "WorkerFailed"]
 
 # In a re-timing's results (shape -> key -> ms per round), SDPA's backends timed in the same rounds.
 SDPA_KEYS = {"flash": "sdpa:flash", "cudnn": "sdpa:cudnn"}
 
 
 @dataclass(frozen=True)
+class NamedError:
+    """One output's error against the reference (the forward's ``out``, ``lse``; the backward's
+    ``dq``, ``dk``, ``dv``), and the most it may be (None: no bound, or not known)."""
+
+    name: str
+    error: float | None
+    bound: float | None = None
+
+
+@dataclass(frozen=True)
 class ShapeOutcome:
-    """One config on one study shape (and its gate shapes)."""
+    """One config on one study shape (and its gate shapes).
+
+    ``errors`` are the study shape's, with their bounds; ``gate_errors`` the worst of the gate
+    shapes per name (None where one was not finite)."""
 
     shape: str
     correct: bool
     reason: str = ""
-    err_out: float | None = None
-    err_lse: float | None = None
-    bound_out: float | None = None
-    bound_lse: float | None = None
-    gate_err_out: float | None = None      # the worst of the gate shapes
-    gate_err_lse: float | None = None
+    errors: tuple[NamedError, ...] = ()
+    gate_errors: tuple[NamedError, ...] = ()
     ms: float | None = None
     host_us: float | None = None
     timer: str | None = None

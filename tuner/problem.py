@@ -30,10 +30,6 @@ class Problem:
         return {name: dtype for dtype, name in DTYPES.items()}[self.dtype]
 
     @property
-    def element_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
-
-    @property
     def label(self) -> str:
         return (f"B{self.batch} H{self.heads} Nq{self.n_q} Nk{self.n_k} D{self.head_dim} "
                 f"{self.dtype}{' causal' if self.causal else ''}")

@@ -1,7 +1,10 @@
 """Rows for the store, and the scores read back from them.
 
 * :func:`result_rows` turns one config's outcome (a rejection, or the worker's
-  :class:`~tuner.runner.TrialOutcome`) into one :class:`~tuner.store.Result` per shape.
+  :class:`~tuner.outcome.TrialOutcome`) into one :class:`~tuner.store.Result` per shape:
+  the config's key, its kernel and pass, every field in ``params`` (JSON; the fields that
+  have their own columns fill them too), every named error in ``errors`` (JSON; the
+  forward's ``out`` and ``lse`` also fill their own columns, as before ``errors`` existed).
 * :func:`objective` is the value told to Optuna: the geometric mean over shapes of the
   study's metric (speedup over SDPA-flash or cuDNN, or TFLOP/s). It depends on the
   config's own rows and the run's SDPA baselines only, so it never changes once told.
@@ -14,13 +17,12 @@
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from kernel.timing import attention_flops
 from tuner.gpus import GpuSpec
-from tuner.runner import TrialOutcome
-from tuner.space import Config
+from tuner.outcome import ShapeOutcome, TrialOutcome
 from tuner.status import Stage, Status
 from tuner.store import Baseline, Result, now
 from tuner.study import Study
@@ -41,12 +43,35 @@ class RunContext:
     device: dict = field(default_factory=dict)     # device_index, device_name, device_uuid, host of the worker
 
 
-def config_columns(config: Config) -> dict:
-    """The result table's config columns: its key, tiles, launch options and knobs."""
-    return {"config": config.key, **asdict(config)}        # Config's fields are the column names
+# Config fields with a column of their own (every kernel's config has the first four: the
+# heatmap's axes); any other field is in ``params`` only, so a new knob needs no new column.
+CONFIG_COLUMNS = ("block_m", "block_n", "num_warps", "num_stages", "tma", "warp_specialize", "maxnreg", "persistent")
+# Named errors with columns of their own (the forward's): name -> (error, bound, worst of the gate shapes).
+ERROR_COLUMNS = {"out": ("err_out", "err_bound", "ragged_err_out"), "lse": ("err_lse", "lse_bound", "ragged_err_lse")}
 
 
-def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, reason: str, fields: dict,
+def config_columns(config) -> dict:
+    """The result table's config columns: its key, every field as JSON, and the fields with columns."""
+    params = config.params()
+    return {"config": config.key, "params": json.dumps(params, sort_keys=True),
+            **{name: value for name, value in params.items() if name in CONFIG_COLUMNS}}
+
+
+def error_columns(measured: ShapeOutcome | None) -> dict:
+    """The named errors of a shape's outcome as JSON (``errors``), and the forward's in their columns."""
+    if measured is None or not measured.errors:
+        return {}
+    gate = {e.name: e.error for e in measured.gate_errors}
+    columns: dict = {"errors": json.dumps({e.name: {"error": e.error, "bound": e.bound, "gate": gate.get(e.name)}
+                                           for e in measured.errors})}
+    for e in measured.errors:
+        if e.name in ERROR_COLUMNS:
+            error, bound, gated = ERROR_COLUMNS[e.name]
+            columns |= {error: e.error, bound: e.bound, gated: gate.get(e.name)}
+    return columns
+
+
+def result_rows(config, ctx: RunContext, status: Status, stage: Stage, reason: str, fields: dict,
                 outcome: TrialOutcome | None = None, trial_number: int | None = None) -> list[Result]:
     """One row per study shape for a config, with every stage's fields."""
     rows = []
@@ -55,18 +80,15 @@ def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, r
         base = ctx.baselines.get(shape.label, {})
         ms = measured.ms if measured else None
         flash, cudnn = base.get("flash_ms"), base.get("cudnn_ms")
-        flops = attention_flops(shape.batch, shape.heads, shape.n_q, shape.n_k, shape.head_dim, shape.causal)
+        flops = ctx.study.kernel.flops(shape)
         rows.append(Result(
             run_id=ctx.run_id, optuna_trial=trial_number, study=ctx.study.name, target=ctx.target.name,
             gpu=ctx.gpu_label, torch_version=ctx.env["torch"], triton_version=ctx.env["triton"],
             driver=ctx.env["driver"], shape=shape.label, batch=shape.batch, heads=shape.heads, n_q=shape.n_q,
             n_k=shape.n_k, head_dim=shape.head_dim, dtype=shape.dtype, causal=shape.causal,
-            **config_columns(config), status=str(status), stage=str(stage), reason=reason,
-            err_out=measured.err_out if measured else None, err_lse=measured.err_lse if measured else None,
-            err_bound=measured.bound_out if measured else None, lse_bound=measured.bound_lse if measured else None,
-            ragged_err_out=measured.gate_err_out if measured else None,
-            ragged_err_lse=measured.gate_err_lse if measured else None,
-            ms=ms, host_us=measured.host_us if measured else None, timer=measured.timer if measured else None,
+            **config_columns(config), kernel=ctx.study.kernel_name, pass_=ctx.study.pass_, status=str(status),
+            stage=str(stage), reason=reason, **error_columns(measured), ms=ms,
+            host_us=measured.host_us if measured else None, timer=measured.timer if measured else None,
             tflops=flops / ms * 1e-9 if ms else None, flash_ms=flash, cudnn_ms=cudnn,
             pct_flash=100 * flash / ms if ms and flash else None, pct_cudnn=100 * cudnn / ms if ms and cudnn else None,
             check_s=outcome.check_s if outcome else None, time_s=outcome.time_s if outcome else None,
@@ -74,7 +96,7 @@ def result_rows(config: Config, ctx: RunContext, status: Status, stage: Stage, r
     return rows
 
 
-def copied_rows(rows: list[Result], config: Config, run_id: int, reason: str, trial_number: int | None,
+def copied_rows(rows: list[Result], config, run_id: int, reason: str, trial_number: int | None,
                 fields: dict) -> list[Result]:
     """Rows for a config whose binary was already timed under another config."""
     copies = []
@@ -133,3 +155,9 @@ def scores(rows: list[Result]) -> dict[str, float]:
     best = best_times(rows)
     return {key: math.exp(sum(math.log(best[r.shape] / r.ms) for r in rs) / len(rs))
             for key, rs in fully_timed(rows).items()}
+
+
+def best_across_shapes(rows: list[Result]) -> str | None:
+    """The config with the best :func:`scores` (None when no config was timed on every shape)."""
+    overall = scores(rows)
+    return max(overall, key=overall.get) if overall else None

@@ -7,12 +7,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tuner.cli import fmt
 from tuner.finalists import ShapeVerdict
+from tuner.formatting import fmt
 from tuner.records import RunContext, by_config, scores
-from tuner.space import Config
 from tuner.status import Status
 from tuner.store import Result
+from tuner.winners import winner_rows
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Progress:
 
             self.bar = tqdm(total=total, initial=done, file=sys.stderr, unit="config", dynamic_ncols=True)
 
-    def update(self, config: Config, value: float, status: Status, metric: str) -> None:
+    def update(self, config, value: float, status: Status, metric: str) -> None:
         self.done += 1
         if value > 0 and (self.best is None or value > self.best[0]):
             self.best = (value, config.key)
@@ -70,19 +70,6 @@ class Progress:
             self.bar.close()
 
 
-def _winner_rows(rows: list[Result], verdicts: dict[str, ShapeVerdict]) -> dict[str, Result]:
-    """Shape -> the winning config's row: the finalists' winner where they were re-timed."""
-    winners = {}
-    for shape in dict.fromkeys(r.shape for r in rows):
-        timed = [r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms]
-        if not timed:
-            continue
-        verdict = verdicts.get(shape)
-        chosen = verdict.winner.config if verdict else min(timed, key=lambda r: r.ms).config
-        winners[shape] = next(r for r in timed if r.config == chosen)
-    return winners
-
-
 def summary(ctx: RunContext, rows: list[Result], counts: Counter, clock: Clock | None,
             verdicts: dict[str, ShapeVerdict] | None = None, top: int = 5) -> str:
     """The end-of-run table: best per shape, finalists, top configs, rejections by reason, wall time."""
@@ -96,7 +83,7 @@ def summary(ctx: RunContext, rows: list[Result], counts: Counter, clock: Clock |
              f"configs in store: {len(grouped)}; " + ", ".join(f"{k} {v}" for k, v in status_all.most_common())]
     if counts:
         lines.append("this run: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()))
-    winners = _winner_rows(rows, verdicts)
+    winners = winner_rows(rows, verdicts)
     if winners:
         lines += ["", "best config per shape (GPU time by CUDA-graph replay; % of SDPA = SDPA time / ours x 100, "
                       "above 100 is faster; host µs = one call's CPU time):",

@@ -14,7 +14,9 @@ In the worker, for each config:
    L2, and the host time of a call (:mod:`kernel.timing`), on every study shape.
 
 ``retime`` times lists of configs together in interleaved rounds (the finalists), with
-SDPA in the same rounds. ``device="cpu"`` runs the same steps in Triton's interpreter with
+SDPA in the same rounds. What a config is checked and timed with is the kernel's
+(:class:`tuner.kernels.TunableKernel`: its inputs, reference, launch and baselines).
+``device="cpu"`` runs the same steps in Triton's interpreter with
 a wall clock, so the sweep can be tested without a GPU; its times mean nothing.
 """
 
@@ -30,10 +32,11 @@ import traceback
 from dataclasses import replace
 
 from kernel.timing import WALL
-from tuner.gate import GateShape, finite, gate_shapes, make_case
-from tuner.outcome import SDPA_KEYS, ShapeOutcome, TrialOutcome, WorkerFailed
+from tuner import kernels
+from tuner.gate import GateShape, finite
+from tuner.kernels import Case, GateResult
+from tuner.outcome import SDPA_KEYS, NamedError, ShapeOutcome, TrialOutcome, WorkerFailed
 from tuner.problem import Problem
-from tuner.space import Config
 from tuner.status import Status
 
 # Test hook: "KEY:FAULT,..." makes the worker misbehave on those configs (FAULT one of crash,
@@ -47,78 +50,62 @@ HOST_CALLS = 10            # calls per batch when measuring a config's host time
 # ------------------------------------------------------------------------ worker side
 
 
-class _Bench:
-    """Lives in the worker: inputs, references and timing sets, built once per shape."""
+class WorkerBench:
+    """Lives in the worker: the kernel, and per shape its inputs, references and timing sets, built once."""
 
-    def __init__(self, shapes: list[Problem], timing: tuple[int, int], device: str):
-        self.shapes = shapes
+    def __init__(self, kernel, shapes: list[Problem], timing: tuple[int, int], device: str):
+        self.kernel, self.shapes = kernel, shapes
         self.warmup_ms, self.rep_ms = timing
         self.device = device
-        self.cases: dict[object, dict] = {}
-        self.timing_sets: dict[Problem, list[tuple]] = {}
+        self.cases: dict[object, Case] = {}
+        self.timing_sets: dict[Problem, list[dict]] = {}
         self.faults = dict(item.split(":", 1) for item in os.environ.get(FAULT_ENV, "").split(",") if ":" in item)
 
-    def _case(self, key) -> dict:
+    def _case(self, key) -> Case:
         if key not in self.cases:
-            self.cases[key] = make_case(key, self.device)
+            self.cases[key] = self.kernel.make_case(key, self.device)
         return self.cases[key]
 
-    def _check(self, key, config: Config):
-        from kernel import flash_attn_fwd
-        from kernel.reference import accuracy
-
+    def _check(self, key, config) -> GateResult:
+        """The config's outputs on a study shape or a gate shape, from NaN-filled outputs."""
         case = self._case(key)
-        causal = key.problem.causal if isinstance(key, GateShape) else key.causal
-        case["out"].fill_(float("nan"))
-        case["lse"].fill_(float("nan"))
-        flash_attn_fwd(case["q"], case["k"], case["v"], causal, **config.as_kwargs(), out=case["out"],
-                       lse=case["lse"])
+        for name in case.outputs:
+            case.tensors[name].fill_(float("nan"))
+        self.kernel.call(config, case.tensors, case.problem)()
         fault = self.faults.get(config.key)
         if fault == "wrong" or (fault == "wrong-gate" and isinstance(key, GateShape)):
-            case["out"].mul_(1.01)
-        if fault == "wrong-lse":
-            case["lse"].add_(1e-3)
-        return accuracy(case["out"], case["lse"], case["q"], case["k"], case["v"], causal,
-                        reference=case["reference"], torch_error=case["torch_error"])
+            case.tensors[case.outputs[0]].mul_(1.01)
+        if fault and fault.startswith("wrong-") and fault[6:] in case.outputs:
+            case.tensors[fault[6:]].add_(1e-3)
+        return self.kernel.judge(case)
 
-    def _sets(self, problem: Problem) -> list[tuple]:
-        """(q, k, v, out, lse) sets for timing: the check's inputs, and more until they exceed L2."""
+    def _sets(self, problem: Problem) -> list[dict]:
+        """Tensors for timing: the check's own, and more until they exceed L2 (the kernel's ``timing_sets``)."""
         if problem not in self.timing_sets:
-            case = self._case(problem)
-            sets = [(case["q"], case["k"], case["v"], case["out"], case["lse"])]
-            if self.device != "cpu":
-                import torch
-
-                from kernel.timing import input_sets
-
-                per_set = 4 * case["q"].numel() * case["q"].element_size()
-                for _ in range(input_sets(per_set) - 1):
-                    q, k, v = (torch.randn(t.shape, device=t.device, dtype=t.dtype) for t in sets[0][:3])
-                    sets.append((q, k, v, torch.empty_like(q), torch.empty_like(case["lse"])))
-            self.timing_sets[problem] = sets
+            self.timing_sets[problem] = self.kernel.timing_sets(self._case(problem), self.device)
         return self.timing_sets[problem]
 
-    def _time(self, problem: Problem, config: Config, host: bool = True,
-              retime: bool = False) -> tuple[float, str, float | None]:
+    def _calls(self, problem: Problem, config) -> list:
+        return [self.kernel.call(config, tensors, problem) for tensors in self._sets(problem)]
+
+    @staticmethod
+    def _wall_ms(calls) -> float:
+        """One call's wall time (the interpreter: the timings of a CPU run mean nothing)."""
+        start = time.perf_counter()
+        calls[0]()
+        return (time.perf_counter() - start) * 1e3
+
+    def _time(self, problem: Problem, config, host: bool = True) -> tuple[float, str, float | None]:
         """(GPU ms per call, timer, host µs per call) of a config on a shape."""
-        from kernel import flash_attn_fwd
-
-        kwargs = config.as_kwargs()
-        sets = self._sets(problem)
+        calls = self._calls(problem, config)
         if self.device == "cpu":
-            q, k, v, out, lse = sets[0]
-            start = time.perf_counter()
-            flash_attn_fwd(q, k, v, problem.causal, **kwargs, out=out, lse=lse)
-            ms = (time.perf_counter() - start) * 1e3
+            ms = self._wall_ms(calls)
             return ms, WALL, ms * 1e3
-        from kernel.bench import set_calls
-        from kernel.timing import RETIME, gpu_time, host_us
+        from kernel.timing import gpu_time, host_us
 
-        rep_ms, settle_ms = RETIME if retime else (self.rep_ms, 0.0)
-        timing = gpu_time(set_calls(sets, problem.causal, kwargs), rep_ms, self.warmup_ms, settle_ms)
-        q, k, v = sets[0][:3]
-        host = host_us(lambda: flash_attn_fwd(q, k, v, problem.causal, **kwargs), HOST_CALLS, 2) if host else None
-        return timing.ms, timing.method, host
+        timing = gpu_time(calls, self.rep_ms, self.warmup_ms)
+        user_call = self.kernel.call(config, self._sets(problem)[0], problem, allocate=True)
+        return timing.ms, timing.method, host_us(user_call, HOST_CALLS, 2) if host else None
 
     def device_info(self, _=None) -> dict:
         """Which GPU this worker runs on: the index the parent gave it, name and UUID."""
@@ -130,26 +117,23 @@ class _Bench:
         return {"device_name": props.name, "device_uuid": str(getattr(props, "uuid", "")) or None}
 
     def baselines(self, _=None) -> dict[str, dict]:
-        """SDPA flash and cuDNN per shape: GPU ms, host µs, timer (None where a backend refuses)."""
+        """The kernel's baselines per shape (SDPA's flash and cuDNN backends): GPU ms, host µs,
+        timer (None where a backend refuses)."""
         measured = {}
         if self.device == "cpu":
-            import torch.nn.functional as F
-
             for problem in self.shapes:
-                q, k, v = self._sets(problem)[0][:3]
-                start = time.perf_counter()
-                F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal)
-                ms = (time.perf_counter() - start) * 1e3
+                _, calls = next(iter(self.kernel.baselines(self._sets(problem)[:1], problem).values()))
+                ms = self._wall_ms(calls)
                 measured[problem.label] = dict(flash_ms=ms, cudnn_ms=ms, flash_host_us=ms * 1e3,
                                                cudnn_host_us=ms * 1e3, timer=WALL)
             return measured
-        from kernel.timing import time_sdpa, warm_gpu
+        from kernel.timing import time_backends, warm_gpu
 
         for problem in self.shapes:
             self._sets(problem)
         warm_gpu()
         for problem in self.shapes:
-            result = time_sdpa([s[:3] for s in self._sets(problem)], problem.causal, self.rep_ms, self.warmup_ms)
+            result = time_backends(self.kernel.baselines(self._sets(problem), problem), self.rep_ms, self.warmup_ms)
             methods = {r["method"] for r in result.values() if r["method"]}
             measured[problem.label] = dict(
                 flash_ms=result["flash"]["ms"], cudnn_ms=result["cudnn"]["ms"],
@@ -157,27 +141,27 @@ class _Bench:
                 timer="+".join(sorted(methods)) or None)
         return measured
 
-    def _gate(self, problem: Problem, config: Config, seen: dict) -> tuple[ShapeOutcome, str | None]:
+    def _gate(self, problem: Problem, config, seen: dict) -> tuple[ShapeOutcome, str | None]:
         """The study shape and its gate shapes; ``seen`` keeps gate results within a trial,
         since shapes that differ only in length share their gate shapes."""
         result = self._check(problem, config)
-        worst_out = worst_lse = 0.0
+        worst: dict[str, float] = {e.name: 0.0 for e in result.errors}
         failure = None if result.ok else f"{problem.label}: {result.reason}"
-        for gate in gate_shapes(problem, config, small=self.device == "cpu"):
+        for gate in self.kernel.gate_shapes(problem, config, small=self.device == "cpu"):
             if gate not in seen:
                 seen[gate] = self._check(gate, config)
             gated = seen[gate]
-            worst_out = max(worst_out, gated.err_out if gated.err_out == gated.err_out else float("inf"))
-            worst_lse = max(worst_lse, gated.err_lse if gated.err_lse == gated.err_lse else float("inf"))
+            for error in gated.errors:
+                worst[error.name] = max(worst.get(error.name, 0.0),
+                                        error.error if error.error == error.error else float("inf"))
             if failure is None and not gated.ok:
                 shape = gate.problem
                 failure = f"gate {gate.name} ({shape.n_q}x{shape.n_k}): {gated.reason}"
-        return ShapeOutcome(shape=problem.label, correct=failure is None, reason=failure or "",
-                            err_out=finite(result.err_out), err_lse=finite(result.err_lse),
-                            bound_out=result.bound_out, bound_lse=result.bound_lse,
-                            gate_err_out=finite(worst_out), gate_err_lse=finite(worst_lse)), failure
+        errors = tuple(NamedError(e.name, finite(e.error), e.bound) for e in result.errors)
+        return ShapeOutcome(shape=problem.label, correct=failure is None, reason=failure or "", errors=errors,
+                            gate_errors=tuple(NamedError(n, finite(v)) for n, v in worst.items())), failure
 
-    def trial(self, config: Config) -> TrialOutcome:
+    def _fault(self, config) -> None:
         fault = self.faults.get(config.key)
         if fault == "crash":
             os._exit(77)
@@ -189,6 +173,9 @@ class _Bench:
             from triton.runtime.errors import OutOfResources
 
             raise OutOfResources(300_000, 232_448, "shared memory")
+
+    def trial(self, config) -> TrialOutcome:
+        self._fault(config)
         started = time.perf_counter()
         outcome = TrialOutcome(status=Status.TIMED, reason="")
         failures, seen = [], {}
@@ -207,26 +194,27 @@ class _Bench:
         outcome.time_s = time.perf_counter() - started
         return outcome
 
-    def retime(self, orders: dict[str, list[list[Config]]]) -> dict[str, dict[str, list[float]]]:
-        """Time each shape's configs together, round by round in the given orders
-        (:func:`tuner.finalists.round_orders`): label -> key -> ms per round. On a GPU each round
-        times SDPA the same way too (keys :data:`SDPA_KEYS`): settled, longer windows slow some
-        kernels more than others, so the finalists' ratios need SDPA from the same rounds."""
-        from kernel.timing import RETIME, time_sdpa
+    def retime(self, request: tuple[dict[str, list], int]) -> dict[str, dict[str, list[float]]]:
+        """Each shape's configs timed together in ``rounds`` interleaved rounds whose order rotates
+        (:func:`kernel.timing.interleaved_rounds`): label -> key -> ms per round. On a GPU the
+        kernel's baselines run in the same rounds too (keys :data:`SDPA_KEYS`): settled, longer
+        windows slow some kernels more than others, so the finalists' ratios need SDPA from the same rounds."""
+        from kernel.timing import RETIME, interleaved_rounds, runs
 
+        finalists, rounds = request
         by_label = {problem.label: problem for problem in self.shapes}
         times: dict[str, dict[str, list[float]]] = {}
-        for label, rounds in orders.items():
-            problem, times[label] = by_label[label], {}
-            for order in rounds:
-                for config in order:
-                    ms = self._time(problem, config, host=False, retime=True)[0]
-                    times[label].setdefault(config.key, []).append(ms)
-                sdpa = {} if self.device == "cpu" else time_sdpa(
-                    [s[:3] for s in self._sets(problem)], problem.causal, RETIME[0], self.warmup_ms, RETIME[1], False)
-                for backend, result in sdpa.items():
-                    if result["ms"] is not None:
-                        times[label].setdefault(SDPA_KEYS[backend], []).append(result["ms"])
+        for label, configs in finalists.items():
+            problem = by_label[label]
+            candidates = {config.key: self._calls(problem, config) for config in configs}
+            if self.device == "cpu":
+                times[label] = interleaved_rounds(candidates, rounds, measure=self._wall_ms)
+                continue
+            pins = {}
+            for backend, pinned in self.kernel.baselines(self._sets(problem), problem).items():
+                if runs(pinned):
+                    pins[SDPA_KEYS[backend]], candidates[SDPA_KEYS[backend]] = pinned
+            times[label] = interleaved_rounds(candidates, rounds, *RETIME, self.warmup_ms, pins)
         return times
 
 
@@ -245,15 +233,14 @@ def visible_device(index: int) -> str:
 _SPAWN_LOCK = threading.Lock()     # the environment a worker inherits is set around its start
 
 
-def _serve(conn, shapes, timing, device) -> None:
+def _serve(conn, kernel_name: tuple[str, str], shapes, timing, device) -> None:
     """The worker's loop: one request in, one reply out, until told to stop."""
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     else:
         os.environ.pop("TRITON_INTERPRET", None)
     try:
-        bench = _Bench(shapes, timing, device)
-        import kernel  # noqa: F401  (import errors surface at start, not mid-trial)
+        bench = WorkerBench(kernels.get(*kernel_name), shapes, timing, device)   # import errors surface at start
     except BaseException as exc:
         conn.send(("error", (type(exc).__name__, f"worker failed to start: {type(exc).__name__}: {exc}")))
         return
@@ -283,6 +270,7 @@ class GpuWorker:
 
     Args:
         shapes: the study's shapes; each trial checks and times all of them.
+        kernel: (name, pass) of the kernel (:func:`tuner.kernels.get`).
         timing: (warmup_ms, rep_ms) per shape.
         timeout_s: longest a request may take before the worker is killed.
         device: ``"cuda"``, or ``"cpu"`` for the interpreter (tests only).
@@ -290,8 +278,9 @@ class GpuWorker:
     """
 
     def __init__(self, shapes: list[Problem], timing: tuple[int, int] = (10, 40), timeout_s: float = 120.0,
-                 device: str = "cuda", device_index: int | None = None):
-        self.device_index = device_index
+                 device: str = "cuda", device_index: int | None = None,
+                 kernel: tuple[str, str] = (kernels.DEFAULT_KERNEL, kernels.DEFAULT_PASS)):
+        self.device_index, self.kernel = device_index, kernel
         self.shapes = list(shapes)
         self.timing = timing
         self.timeout_s = timeout_s
@@ -315,7 +304,7 @@ class GpuWorker:
         self.starts += 1
         context = multiprocessing.get_context("spawn")   # never fork a process that may hold CUDA
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, self.shapes, self.timing, self.device),
+        self.process = context.Process(target=_serve, args=(child, self.kernel, self.shapes, self.timing, self.device),
                                        daemon=True, name="fa2-tuner-worker")
         with _SPAWN_LOCK:
             # The worker sees one GPU, as its device 0, from its first instruction on.
@@ -368,17 +357,17 @@ class GpuWorker:
         """Columns naming the device: index, name, UUID and host."""
         return {"device_index": self.device_index or 0, "host": socket.gethostname(), **self.request("device_info")}
 
-    def trial(self, config: Config) -> TrialOutcome:
+    def trial(self, config) -> TrialOutcome:
         """Check and time one config; failures come back as an outcome, never raised."""
         try:
             return self.request("trial", config)
         except WorkerFailed as failure:
             return TrialOutcome(status=failure.status, reason=failure.reason, error_type=failure.error_type)
 
-    def retime(self, orders: dict[str, list[list[Config]]]) -> dict[str, dict[str, list[float]]]:
-        """Configs timed together, round by round: label -> config key -> ms per round."""
-        budget = max(self.timeout_s, START_TIMEOUT_S) * max(1, len(orders))
-        return self.request("retime", orders, timeout_s=budget)
+    def retime(self, finalists: dict[str, list], rounds: int) -> dict[str, dict[str, list[float]]]:
+        """Each shape's configs timed together in interleaved rounds: label -> config key -> ms per round."""
+        budget = max(self.timeout_s, START_TIMEOUT_S) * max(1, len(finalists))
+        return self.request("retime", (finalists, rounds), timeout_s=budget)
 
     def close(self) -> None:
         if self.process is not None:

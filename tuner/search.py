@@ -2,15 +2,15 @@
 
 The sweep drives Optuna by ask and tell, in batches, so that a batch's configs compile
 in parallel before they are timed one at a time. This module keeps Optuna's side of
-that: which sampler, the parameter distributions, how a trial becomes a
-:class:`~tuner.space.Config`, and how trials left running by a killed sweep are found
-and finished on the next run (so a ``kill -9`` loses nothing and repeats nothing).
+that: which sampler, the parameter distributions (from the kernel's axes, each with its own
+encoding, :class:`tuner.space.Axis`), how a trial becomes a config of the kernel, and how
+trials left running by a killed sweep are found and finished on the next run (so a
+``kill -9`` loses nothing and repeats nothing).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import socket
 import threading
@@ -22,14 +22,12 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from tuner.space import AXES, KNOBS, Config, SearchSpace
-from tuner.store import mentions, retrying
+from tuner.space import CATEGORICAL, LOG2, SearchSpace
+from tuner.store import engine_options, mentions, retrying
 
 SAMPLERS = ("tpe", "grid", "random")
 OWNER_ATTR = "owner"              # "host:pid" of the sweep that asked the trial
 REJECTED_CONSTRAINT = "rejected"  # 1.0 when the config was rejected: TPE models it as infeasible, not slow
-PARAMS = AXES                     # the tile axes, then the knobs
-TILE_PARAMS = 4                   # a trial with fewer parameters was never fully asked (older trials lack knobs)
 # Heartbeats (seconds): every sweep records one per held trial at this interval; another
 # sweep fails a trial whose heartbeat is older than the grace period and Optuna re-queues
 # its config, so a host that dies mid-trial loses nothing. FA2_TUNER_HEARTBEAT="1,3,1" for tests.
@@ -40,30 +38,32 @@ HEARTBEAT = (int(max(1, HEARTBEAT_S)), int(max(2, GRACE_S)))
 _RETRY = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
 
 
-# TPE sees tile sizes and warps as ordered exponents (16 -> 4, ..., 256 -> 8), so that it
-# knows 256 lies next to 128: as categoricals, a value it has not tried yet is no more
-# likely than any other, and narrow optima (256x64 with 16 warps at D=128) go unfound.
-ORDINAL = {"log2_block_m": "block_m", "log2_block_n": "block_n", "log2_num_warps": "num_warps", "stages": "num_stages"}
+def asked_axes(space: SearchSpace) -> list[tuple[object, tuple]]:
+    """(axis, values) of the axes Optuna is asked for (:meth:`tuner.space.Axis.asked`): the others
+    are knobs the space leaves off, which :func:`config_of` fills in."""
+    return [(axis, space[axis.name]) for axis in space.kernel.config_type.axes() if axis.asked(space[axis.name])]
 
 
 def distributions(space: SearchSpace, sampler: str = "grid") -> dict:
-    """The parameters Optuna samples: ordinal exponents of the tiles for ``tpe``,
-    categoricals otherwise (the grid's axes); the knobs are categoricals in both (a few
-    unordered choices each, learnt jointly with the tiles by TPE's multivariate model).
-    Both decode with :func:`config_of`."""
-    if sampler == "tpe":
-        out = {}
-        for name, field in ORDINAL.items():
-            values = sorted(getattr(space, field))
-            if name.startswith("log2_"):
-                exponents = [v.bit_length() - 1 for v in values]
-                if any(2 ** e != v for e, v in zip(exponents, values)):
-                    raise ValueError(f"{field} values must be powers of two for the tpe sampler; got {values}")
-                out[name] = IntDistribution(min(exponents), max(exponents))
-            else:
-                out[name] = IntDistribution(min(values), max(values))
-        return out | {name: CategoricalDistribution(list(getattr(space, name))) for name in KNOBS}
-    return {name: CategoricalDistribution(list(getattr(space, name))) for name in PARAMS}
+    """The parameters Optuna samples, from the kernel's axes: under ``tpe`` each axis in its own
+    encoding (ordered exponents of powers of two, ordered integers, or categoricals: the knobs,
+    a few unordered choices each, learnt jointly with the tiles by TPE's multivariate model);
+    categoricals of every axis otherwise (the grid's axes). Both decode with :func:`config_of`."""
+    if sampler != "tpe":
+        return {axis.name: CategoricalDistribution(list(values)) for axis, values in asked_axes(space)}
+    out = {}
+    for axis, space_values in asked_axes(space):
+        values = sorted(space_values)
+        if axis.tpe == CATEGORICAL:
+            out[axis.tpe_param] = CategoricalDistribution(list(space_values))
+        elif axis.tpe == LOG2:
+            exponents = [v.bit_length() - 1 for v in values]
+            if any(2 ** e != v for e, v in zip(exponents, values)):
+                raise ValueError(f"{axis.name} values must be powers of two for the tpe sampler; got {values}")
+            out[axis.tpe_param] = IntDistribution(min(exponents), max(exponents))
+        else:
+            out[axis.tpe_param] = IntDistribution(min(values), max(values))
+    return out
 
 
 class _GridSampler(optuna.samplers.GridSampler):
@@ -92,21 +92,35 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None = None) -> optu
         return optuna.samplers.TPESampler(seed=seed, constant_liar=True, multivariate=True, group=False,
                                           n_startup_trials=10)
     if name == "grid":
-        return _GridSampler({n: list(getattr(space, n)) for n in PARAMS}, seed=seed)
+        return _GridSampler({axis.name: list(values) for axis, values in asked_axes(space)}, seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     raise ValueError(f"unknown sampler {name!r}; use one of {', '.join(SAMPLERS)}")
 
 
-def config_of(params: dict) -> Config:
-    """The config a trial's parameters stand for, in either encoding. A knob missing from
-    the parameters (a trial stored before the knobs existed) is off."""
-    knobs = dict(tma=bool(params.get("tma", False)), warp_specialize=bool(params.get("warp_specialize", False)),
-                 maxnreg=int(params.get("maxnreg", 0)), persistent=int(params.get("persistent", 0)))
-    if "log2_block_m" in params:
-        return Config(2 ** int(params["log2_block_m"]), 2 ** int(params["log2_block_n"]),
-                      2 ** int(params["log2_num_warps"]), int(params["stages"]), **knobs)
-    return Config(*(int(params[name]) for name in PARAMS[:4]), **knobs)
+def config_of(params: dict, config_type):
+    """The config (of ``config_type``) a trial's parameters stand for, in either encoding. A knob
+    missing from the parameters (a trial stored before the knob existed) is off."""
+    values = {}
+    for axis in config_type.axes():
+        kind = type(axis.default[0])
+        if axis.tpe == LOG2 and axis.tpe_param in params:
+            values[axis.name] = 2 ** int(params[axis.tpe_param])
+        elif axis.tpe_param in params:
+            values[axis.name] = kind(params[axis.tpe_param])
+        elif axis.name in params:
+            values[axis.name] = kind(params[axis.name])
+        elif axis.knob:
+            values[axis.name] = axis.plain
+        else:
+            raise ValueError(f"trial parameters {sorted(params)} lack {axis.name!r} (or {axis.tpe_param!r})")
+    return config_type(**values)
+
+
+def fully_asked(params: dict, config_type) -> bool:
+    """A trial with a parameter for every tile axis (one with fewer was never fully asked;
+    trials stored before a knob existed lack that knob, which is off)."""
+    return len(params) >= len(config_type.tiles())
 
 
 def owner() -> str:
@@ -128,7 +142,7 @@ class Orphan:
     """A trial a dead sweep asked for and never finished."""
 
     number: int
-    config: Config
+    config: object
 
 
 def owner_dead(trial) -> bool:
@@ -137,16 +151,16 @@ def owner_dead(trial) -> bool:
     return owner_host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid))
 
 
-def orphaned_trials(study: optuna.Study) -> tuple[list[Orphan], int]:
-    """Trials still RUNNING whose sweep is gone (same host, process dead).
+def orphaned_trials(study: optuna.Study, config_type) -> tuple[list[Orphan], int]:
+    """Trials still RUNNING whose sweep is gone (same host, process dead), as configs of ``config_type``.
 
     Returns:
         (orphans to finish now, count of RUNNING trials owned by live or remote sweeps).
     """
     orphans, foreign = [], 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if owner_dead(trial) and len(trial.params) >= TILE_PARAMS:
-            orphans.append(Orphan(trial.number, config_of(trial.params)))
+        if owner_dead(trial) and fully_asked(trial.params, config_type):
+            orphans.append(Orphan(trial.number, config_of(trial.params, config_type)))
         else:
             foreign += 1
     return orphans, foreign
@@ -168,9 +182,9 @@ def open_storage(url: str, heartbeat: tuple[int, int] = HEARTBEAT) -> optuna.sto
 
     Several sweeps starting together race to create Optuna's tables (a unique constraint
     on ``alembic_version`` fires in the loser): the loser waits and tries again. SQLite
-    writers wait up to 60 s for each other's lock rather than fail.
+    writers wait for each other's lock rather than fail (the store's :func:`~tuner.store.engine_options`).
     """
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    kwargs = engine_options(url) or {"pool_pre_ping": True}
 
     def storage(_attempt: int) -> optuna.storages.RDBStorage:
         with _quiet():
@@ -213,7 +227,7 @@ class Heartbeat(threading.Thread):
 
 def grid_size(space: SearchSpace) -> int:
     """Points of the grid sampler's product grid (restricted ones included)."""
-    return math.prod(len(getattr(space, name)) for name in PARAMS)
+    return space.size()
 
 
 def grid_left(trials: optuna.Study | list, space: SearchSpace) -> int:
@@ -248,6 +262,7 @@ class SearchSession:
                  attrs: dict):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.space, self.grid = space, sampler == "grid"
+        self.config_type = space.kernel.config_type
         self.lock = threading.Lock()           # the orphans and the foreign count
         self.storage = open_storage(url)
         self.study = _create_study(name, self.storage, make_sampler(sampler, space, seed))
@@ -280,13 +295,13 @@ class SearchSession:
         self._scanned = time.monotonic()
         with _quiet():
             optuna.storages.fail_stale_trials(self.study)
-        orphans, foreign = orphaned_trials(self.study)
+        orphans, foreign = orphaned_trials(self.study, self.config_type)
         with self.lock:
             self.foreign = foreign
             known = {o.number for o in self.orphans}
             self.orphans += [o for o in orphans if o.number not in known]
 
-    def ask(self) -> tuple[int, Config] | None:
+    def ask(self) -> tuple[int, object] | None:
         """The next trial: an orphan of a dead sweep first, then a re-queued or new one.
 
         None when the study is done. When this sweep holds no trial but others still do,
@@ -299,7 +314,7 @@ class SearchSession:
                 return answer
             time.sleep(HEARTBEAT[0])
 
-    def _next_orphan(self) -> tuple[int, Config] | None:
+    def _next_orphan(self) -> tuple[int, object] | None:
         while True:
             with self.lock:
                 if not self.orphans:
@@ -313,7 +328,7 @@ class SearchSession:
             self.heartbeat.beat(trial._trial_id)
             return orphan.number, orphan.config
 
-    def _ask_once(self) -> tuple[int, Config] | None | str:
+    def _ask_once(self) -> tuple[int, object] | None | str:
         if time.monotonic() - self._scanned > RESCAN_S:
             self._rescan()
         orphan = self._next_orphan()
@@ -333,13 +348,14 @@ class SearchSession:
             trial = self.study.ask(self.distributions)
         trial.set_user_attr(OWNER_ATTR, self.me)
         self.heartbeat.beat(trial._trial_id)
-        return trial.number, config_of(trial.params)
+        return trial.number, config_of(trial.params, self.config_type)
 
-    def leader(self, number: int, config: Config) -> int | None:
+    def leader(self, number: int, config) -> int | None:
         """The lowest-numbered other RUNNING trial of the same config, if it comes before
         ``number``: that trial times the config, and this one waits for its rows."""
         running = [t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                   if t.number < number and len(t.params) >= TILE_PARAMS and config_of(t.params) == config]
+                   if t.number < number and fully_asked(t.params, self.config_type)
+                   and config_of(t.params, self.config_type) == config]
         return min(running) if running else None
 
     def alive(self, number: int) -> bool:

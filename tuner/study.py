@@ -4,6 +4,8 @@ A study is a TOML file in ``studies/``::
 
     name = "article"
     description = "The article's table"
+    kernel = "triton"         # optional: the kernel (tuner.kernels), or a module path exposing KERNEL
+    pass = "fwd"              # optional: its pass (fwd, bwd, fwd+bwd)
 
     [problem]                 # lists expand into several shapes (their product)
     batch = 4
@@ -13,10 +15,10 @@ A study is a TOML file in ``studies/``::
     dtype = "bf16"
     causal = [false, true]
 
-    [space]                   # optional; each key defaults to the full default space
+    [space]                   # optional; each key (an axis of the kernel's config) defaults to its default space
     block_m = [16, 32, 64, 128, 256]
     tma = [false, true]       # knobs: tma, warp_specialize, maxnreg (0: none), persistent (programs per SM)
-    restrictions = ["block_m >= block_n"]   # over the axes above and head_dim
+    restrictions = ["block_m >= block_n"]   # over the kernel's axes and head_dim
 
     [objective]               # optional
     metric = "speedup_vs_flash"  # or speedup_vs_cudnn, tflops; geometric mean over shapes
@@ -39,23 +41,23 @@ import hashlib
 import itertools
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
-from tuner.budget import specialisation
+from tuner import kernels
 from tuner.problem import DTYPE_BYTES, HEAD_DIMS, Problem
-from tuner.space import ALLOWED_VALUES, DEFAULT_SPACE, KNOBS, PLAIN_KNOBS, Config, SearchSpace
+from tuner.space import SearchSpace
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
+PASSES = ("fwd", "bwd", "fwd+bwd")
 METRICS = ("speedup_vs_flash", "speedup_vs_cudnn", "tflops")
 PROBLEM_FIELDS = ("batch", "heads", "n", "n_q", "n_k", "head_dim", "dtype", "causal")
-RESTRICTION_NAMES = ("block_m", "block_n", "num_warps", "num_stages", "head_dim") + KNOBS
-TOP_FIELDS = ("name", "description", "problem", "space", "objective", "timing")
+TOP_FIELDS = ("name", "description", "kernel", "pass", "problem", "space", "objective", "timing")
 
 
 class StudyError(ValueError):
@@ -82,38 +84,67 @@ class Study:
     metric: str = "speedup_vs_flash"
     timing: Timing = field(default_factory=Timing)
     path: str = ""
+    kernel_name: str = kernels.DEFAULT_KERNEL     # as the study file names it (a registered name or a module path)
+    pass_: str = kernels.DEFAULT_PASS
+
+    @property
+    def kernel(self) -> kernels.TunableKernel:
+        """The kernel the study tunes (its space's)."""
+        return self.space.kernel
+
+    def for_pass(self, pass_: str | None) -> Study:
+        """This study's shapes tuned for another pass of its kernel (``--pass``): that pass's default
+        space and no restrictions (the file's are its own pass's), under the name ``<name>-<pass>``
+        so that its rows never mix with the file's pass. ``None`` or the study's own pass: itself.
+
+        Raises:
+            StudyError: the kernel has no such pass; the message lists the registered ones.
+        """
+        if pass_ is None or pass_ == self.pass_:
+            return self
+        try:
+            kernel = kernels.get(self.kernel_name, pass_)
+        except kernels.KernelNotFound as exc:
+            raise StudyError(f"--pass {pass_!r}: {exc}") from None
+        return replace(self, name=f"{self.name}-{kernel.pass_}", space=kernel.space(), restrictions=(),
+                       pass_=kernel.pass_)
 
     def variants(self) -> list[Problem]:
-        """One problem per compiled specialisation (:func:`tuner.budget.specialisation`).
+        """One problem per compiled specialisation (the kernel's :meth:`~tuner.kernels.TunableKernel.specialisation`).
 
         Sequence lengths that are all multiples of 16 share one binary, so a study of
         four lengths compiles each config once per (dtype, head dim, causal).
         """
         seen: dict[str, Problem] = {}
         for shape in self.shapes:
-            seen.setdefault(specialisation(shape), shape)
+            seen.setdefault(self.kernel.specialisation(shape), shape)
         return list(seen.values())
 
-    def allowed(self, config: Config, head_dim: int) -> bool:
+    def allowed(self, config, head_dim: int) -> bool:
         """Whether the study's own restrictions keep this config."""
         names = {name: int(value) for name, value in asdict(config).items()} | {"head_dim": head_dim}
         return all(_evaluate(text, names) for text in self.restrictions)
 
-    def configs(self) -> list[Config]:
+    def configs(self) -> list:
         """The configs the study searches: the space less its restrictions (at every head dim)."""
         head_dims = sorted({s.head_dim for s in self.shapes})
         return [c for c in self.space.all_configs() if all(self.allowed(c, d) for d in head_dims)]
 
     @property
     def fingerprint(self) -> str:
-        """A hash of what the study measures (shapes, space, restrictions, metric, timing),
+        """A hash of what the study measures (kernel, shapes, space, restrictions, metric, timing),
         not of its file: comments and the description may change, the definition may not.
         Knob axes left plain are not part of it, so a study of the plain kernel keeps the
-        fingerprint it had before the knobs existed."""
-        space = {name: values for name, values in asdict(self.space).items()
-                 if name not in PLAIN_KNOBS or tuple(values) != PLAIN_KNOBS[name]}
+        fingerprint it had before the knobs existed; nor is the kernel while it is the default
+        (the Triton forward), so a study keeps the fingerprint it had before kernels had names."""
+        plain = {a.name: a.plain for a in self.kernel.config_type.knobs()}
+        space = {name: list(values) for name, values in self.space.axes
+                 if name not in plain or tuple(values) != (plain[name],)}
+        space["exclude"] = []       # a field the space once had, always empty; kept so fingerprints stay
         definition = dict(name=self.name, shapes=[asdict(s) for s in self.shapes], space=space,
                           restrictions=list(self.restrictions), metric=self.metric, timing=asdict(self.timing))
+        if (self.kernel_name, self.pass_) != (kernels.DEFAULT_KERNEL, kernels.DEFAULT_PASS):
+            definition |= dict(kernel=self.kernel_name, pass_=self.pass_)
         return hashlib.sha256(json.dumps(definition, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -183,7 +214,8 @@ def load(name_or_path: str) -> Study:
         for shape in _shapes(table, where, label):
             if shape not in shapes:
                 shapes.append(shape)
-    space, restrictions = _space(data.get("space", {}), where)
+    kernel_name, pass_, kernel = _kernel(data, where)
+    space, restrictions = _space(data.get("space", {}), where, kernel)
     objective = data.get("objective", {})
     _only(objective, ("metric",), where, "[objective]")
     metric = objective.get("metric", "speedup_vs_flash")
@@ -196,7 +228,8 @@ def load(name_or_path: str) -> Study:
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 10_000:
             raise StudyError(f"{where}: [timing] {key} = {value!r} must be an integer from 1 to 10000 (ms)")
     study = Study(name=name, description=str(data.get("description", "")), shapes=tuple(shapes), space=space,
-                  restrictions=restrictions, metric=metric, timing=Timing(**timing_table), path=where)
+                  restrictions=restrictions, metric=metric, timing=Timing(**timing_table), path=where,
+                  kernel_name=kernel_name, pass_=pass_)
     if not study.configs():
         raise StudyError(f"{where}: [space] restrictions leave no config to search")
     return study
@@ -254,14 +287,35 @@ def _shapes(table, where: str, label: str) -> list[Problem]:
             for b in fields["batch"] for h in fields["heads"]]
 
 
-def _space(table, where: str) -> tuple[SearchSpace, tuple[str, ...]]:
-    _only(table, tuple(DEFAULT_SPACE) + ("restrictions",), where, "[space]")
+def _kernel(data: dict, where: str) -> tuple[str, str, kernels.TunableKernel]:
+    """(kernel name, pass, kernel) of the study's ``kernel`` and ``pass`` fields (default the Triton forward)."""
+    name, pass_ = data.get("kernel", kernels.DEFAULT_KERNEL), data.get("pass")
+    for field_name, value in (("kernel", name), ("pass", pass_)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise StudyError(f"{where}: {field_name} = {value!r} must be a non-empty string; registered kernels: "
+                             f"{', '.join(kernels.registered())}")
+    try:
+        kernel = kernels.get(name, pass_)
+    except kernels.KernelNotFound as exc:
+        raise StudyError(f"{where}: {exc.field} = {pass_ if exc.field == 'pass' else name!r}: {exc}") from None
+    return name, kernel.pass_, kernel
+
+
+def restriction_names(kernel: kernels.TunableKernel) -> tuple[str, ...]:
+    """The names a study's restrictions may use: the kernel's tile axes, head_dim, its knobs."""
+    config_type = kernel.config_type
+    return tuple(a.name for a in config_type.tiles()) + ("head_dim",) + tuple(a.name for a in config_type.knobs())
+
+
+def _space(table, where: str, kernel: kernels.TunableKernel) -> tuple[SearchSpace, tuple[str, ...]]:
+    axes = kernel.config_type.axes()
+    _only(table, tuple(a.name for a in axes) + ("restrictions",), where, "[space]")
     values = {}
-    for key, default in DEFAULT_SPACE.items():
+    for a in axes:
+        key, default, allowed = a.name, a.default, a.allowed
         chosen = table.get(key, list(default))
         if not isinstance(chosen, list) or not chosen:
             raise StudyError(f"{where}: [space] {key} must be a non-empty list, e.g. {list(default)}")
-        allowed = ALLOWED_VALUES[key]
         for value in chosen:
             if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
                 shown = "true, false" if isinstance(allowed[0], bool) else _ranges(allowed)
@@ -271,9 +325,10 @@ def _space(table, where: str) -> tuple[SearchSpace, tuple[str, ...]]:
     restrictions = table.get("restrictions", [])
     if not isinstance(restrictions, list) or not all(isinstance(r, str) for r in restrictions):
         raise StudyError(f"{where}: [space] restrictions must be a list of strings such as \"block_m >= block_n\"")
+    names = restriction_names(kernel)
     for text in restrictions:
-        _parse_restriction(text, where)
-    return SearchSpace(**values), tuple(restrictions)
+        _parse_restriction(text, names, where)
+    return kernel.space(**values), tuple(restrictions)
 
 
 def _ranges(values) -> str:
@@ -291,7 +346,7 @@ _ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.
                   ast.LtE, ast.Gt, ast.GtE, ast.Name, ast.Load, ast.Constant)
 
 
-def _parse_restriction(text: str, where: str = "") -> ast.Expression:
+def _parse_restriction(text: str, names: tuple[str, ...], where: str = "") -> ast.Expression:
     """Parse a restriction: arithmetic and comparisons over the config's names, nothing else."""
     try:
         tree = ast.parse(text, mode="eval")
@@ -300,15 +355,15 @@ def _parse_restriction(text: str, where: str = "") -> ast.Expression:
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
             raise StudyError(f"{where}: [space] restriction {text!r} uses {type(node).__name__}; only arithmetic "
-                             f"(+ - * // %), comparisons, and/or/not over {', '.join(RESTRICTION_NAMES)} are allowed")
-        if isinstance(node, ast.Name) and node.id not in RESTRICTION_NAMES:
+                             f"(+ - * // %), comparisons, and/or/not over {', '.join(names)} are allowed")
+        if isinstance(node, ast.Name) and node.id not in names:
             raise StudyError(f"{where}: [space] restriction {text!r} names {node.id!r}; use "
-                             f"{', '.join(RESTRICTION_NAMES)}")
+                             f"{', '.join(names)}")
         if isinstance(node, ast.Constant) and (not isinstance(node.value, int) or isinstance(node.value, bool)):
             raise StudyError(f"{where}: [space] restriction {text!r}: only integer constants are allowed")
     return tree
 
 
 def _evaluate(text: str, names: dict[str, int]) -> bool:
-    code = compile(_parse_restriction(text), "<restriction>", "eval")
+    code = compile(_parse_restriction(text, tuple(names)), "<restriction>", "eval")
     return bool(eval(code, {"__builtins__": {}}, names))  # noqa: S307 (only vetted nodes reach here)

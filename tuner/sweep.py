@@ -17,15 +17,15 @@ import sys
 from pathlib import Path
 
 from tuner import search
-from tuner.cli import usage_error
 from tuner.driver import Sweep, SweepOptions
+from tuner.formatting import usage_error
 from tuner.gpus import GpuSpec, valid_names
+from tuner.outcome import WorkerFailed
 from tuner.records import RunContext
 from tuner.report import summary
-from tuner.runner import WorkerFailed
 from tuner.status import Status
-from tuner.store import DEFAULT_OUT, Run, Store, StoreError
-from tuner.study import StudyError, load
+from tuner.store import DEFAULT_OUT, Run, Store, StoreError, in_memory, parse_url
+from tuner.study import PASSES, StudyError, load
 
 DEFAULT_STUDY = "article"
 EXAMPLES = f"""examples:
@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "sm_90, a card name (rtx4090, h200, ...) or auto, the GPU present (default auto)")
     parser.add_argument("--study", default=DEFAULT_STUDY,
                         help=f"a study file, or the name of a shipped study (default {DEFAULT_STUDY})")
+    parser.add_argument("--pass", dest="pass_", choices=PASSES, default=None,
+                        help="the pass to tune: fwd, bwd (the backward, against SDPA's) or fwd+bwd (a training step's "
+                             "attention); default the study's own (fwd). Another pass than the study file's tunes its "
+                             "shapes over that pass's default space, stored as study <name>-<pass>")
     parser.add_argument("--sampler", default="tpe", help=f"one of {', '.join(search.SAMPLERS)} (default tpe; "
                                                           "grid times every config of the space once)")
     parser.add_argument("--trials", type=int, help="total trials for the study, counting earlier runs "
@@ -101,15 +105,13 @@ def _check_numbers(args) -> str | None:
 
 
 def _storage_url(args) -> tuple[str | None, str | None]:
-    """(url, error): the database URL, checked without touching it."""
-    from sqlalchemy.engine import make_url
-
+    """(url, error): the database URL, checked without touching it (:func:`tuner.store.parse_url`)."""
     url = args.storage or f"sqlite:///{Path(args.out) / 'tuning.db'}"
     try:
-        parsed = make_url(url)
-    except Exception:
-        return None, f"--storage {url!r} is not a database URL; e.g. sqlite:///{DEFAULT_OUT}/tuning.db"
-    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        parsed = parse_url(url)
+    except StoreError as exc:
+        return None, f"--storage {exc}"
+    if in_memory(parsed):
         return None, (f"--storage {url!r} is an in-memory database: every result would be lost when the sweep "
                       f"ends; give a file, e.g. sqlite:///{DEFAULT_OUT}/tuning.db")
     return url, None
@@ -161,7 +163,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     # Every input is checked before anything is created or written.
     try:
-        study = load(args.study)
+        study = load(args.study).for_pass(getattr(args, "pass_", None))
     except StudyError as exc:
         return usage_error(parser, f"--study: {exc}")
     if args.sampler not in search.SAMPLERS:
@@ -200,7 +202,8 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
     env = environment()
     command = " ".join(["python -m tuner.sweep"] + list(argv if argv is not None else sys.argv[1:]))
     run = Run(study=study.name, target=target.name, gpu=gpu_label, sampler=args.sampler, command=command,
-              torch_version=env["torch"], triton_version=env["triton"], driver=env["driver"])
+              torch_version=env["torch"], triton_version=env["triton"], driver=env["driver"],
+              kernel=study.kernel_name, pass_=study.pass_)
     db.add(run)
     ctx = RunContext(study=study, target=target, gpu_label=gpu_label, env=env, run_id=run.id)
     options = SweepOptions(sampler=args.sampler, trials=args.trials, timeout_s=args.timeout, seed=args.seed,

@@ -1,8 +1,9 @@
 """``python -m tuner.emit --verify``: does ``@triton.autotune`` pick well from an emitted list?
 
-For each shape of the study the autotuned entry point tunes on its first call; the
-config it picked and the sweep's best for the shape are then timed side by side the
-same way (GPU time by graph replay), so the ratio compares configs, not call paths.
+For each shape of the study the kernel under ``@triton.autotune`` (its own entry point,
+:meth:`tuner.kernels.TunableKernel.autotuned`) tunes on its first call; the config it
+picked and the shape's winner (:mod:`tuner.winners`) are then timed side by side the same
+way (GPU time by graph replay), so the ratio compares configs, not call paths.
 """
 
 from __future__ import annotations
@@ -11,29 +12,34 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from tuner.space import Config
-from tuner.status import Status
+from tuner.finalists import ShapeVerdict
 from tuner.store import Result
 from tuner.study import Study
+from tuner.winners import winner
 
 BAR = 1.03      # the picked config may be at most 3% slower than the sweep's best
 
 
-def verify(path: Path, study: Study, rows: list[Result], markdown: Path, winners: dict[str, str] | None = None) -> int:
-    """``winners``: shape label -> the finalists' winner, where they were re-timed (else the fastest row)."""
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location("emitted_configs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def verify(path: Path, study: Study, rows: list[Result], markdown: Path,
+           verdicts: dict[str, ShapeVerdict] | None = None) -> int:
+    """Time autotune's pick from the list at ``path`` against each shape's winner among ``rows``
+    (one GPU's) and ``verdicts`` (the shapes' finalists); write a markdown table; 0 if within :data:`BAR`."""
     import torch
 
-    from kernel import flash_attn_fwd
-    from kernel.autotuned import AutotunedFlashAttention
     from kernel.timing import environment, environment_line, gpu_time, warm_gpu
 
     if not torch.cuda.is_available():
         print("--verify needs a CUDA GPU", file=sys.stderr)
         return 1
-    spec = importlib.util.spec_from_file_location("emitted_configs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    autotuned = AutotunedFlashAttention(module.CONFIGS, module.KEY)
+    kernel, module = study.kernel, _load(path)
+    tune = kernel.autotuned(module.CONFIGS, module.KEY)
     env = environment()
     warm_gpu()
     lines = [environment_line(env), f"List: {path} ({len(module.CONFIGS)} configs)", "",
@@ -41,16 +47,10 @@ def verify(path: Path, study: Study, rows: list[Result], markdown: Path, winners
              "|---|---|---|---|---|---|"]
     worst = 0.0
     for shape in study.shapes:
-        shape_rows = [r for r in rows if r.shape == shape.label and r.status == Status.TIMED]
-        best = Config.parse((winners or {}).get(shape.label) or min(shape_rows, key=lambda r: r.ms).config)
-        q, k, v = (torch.randn(shape.batch, shape.heads, n, shape.head_dim, device="cuda", dtype=shape.torch_dtype)
-                   for n in (shape.n_q, shape.n_k, shape.n_k))
-        out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
-        autotuned(q, k, v, shape.causal, out=out, lse=lse)        # the first call tunes
-        chosen = autotuned.kernel.best_config
-        picked = Config.from_triton(chosen)
-        times = {c: gpu_time([lambda c=c: flash_attn_fwd(q, k, v, shape.causal, **c.as_kwargs(), out=out,
-                                                         lse=lse)]).ms for c in {best, picked}}
+        best = kernel.config_type.parse(winner(rows, shape.label, (verdicts or {}).get(shape.label)))
+        tensors = kernel.inputs(shape, "cuda")
+        picked = tune(tensors, shape)                      # the first call tunes
+        times = {c: gpu_time([kernel.call(c, tensors, shape)]).ms for c in {best, picked}}
         ratio = times[picked] / times[best]
         worst = max(worst, ratio)
         lines.append(f"| {shape.label} | {best.key} | {times[best]:.4f} | {picked.key} | {times[picked]:.4f} | "

@@ -1,4 +1,4 @@
-"""``python -m tuner.budget``: which kernel configs fit a target GPU (no GPU needed)."""
+"""``python -m tuner.budget``: which configs of a kernel fit a target GPU (no GPU needed)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from tuner import kernels
 from tuner.budget._verdict import check_many
-from tuner.cli import fmt, usage_error
+from tuner.formatting import fmt, usage_error
 from tuner.gpus import GpuSpec, valid_names
 from tuner.problem import DTYPE_BYTES, HEAD_DIMS, Problem
-from tuner.space import Config, SearchSpace
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
                "  python -m tuner.budget --gpu sm_89\n"
                "  python -m tuner.budget --gpu rtx4090 --head-dim 128 --causal\n"
-               "  python -m tuner.budget --gpu sm_90 --config 128,128,8,3 --json",
+               "  python -m tuner.budget --gpu sm_90 --config 128,128,8,3 --json\n"
+               "  python -m tuner.budget --gpu sm_90 --kernel triton --pass fwd --config 128x128_w8_s3_tma",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--gpu", required=True, help=f"target: {', '.join(valid_names())}")
@@ -32,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="bf16", help="fp32, fp16 or bf16 (default bf16)")
     parser.add_argument("--causal", action="store_true", help="compile the causal variant")
     parser.add_argument("--config", action="append", default=[],
-                        help="BM,BN,WARPS,STAGES to check instead of the default space (repeatable)")
+                        help="BM,BN,WARPS,STAGES (or a config key) to check instead of the default space (repeatable)")
+    parser.add_argument("--kernel", default=kernels.DEFAULT_KERNEL,
+                        help=f"the kernel (default {kernels.DEFAULT_KERNEL}; or a module path exposing KERNEL)")
+    parser.add_argument("--pass", dest="pass_", help="its pass: fwd, bwd, fwd+bwd (default: the kernel's)")
     parser.add_argument("--model-only", action="store_true", help="use the analytic model, compile nothing")
     parser.add_argument("--jobs", type=int, default=None, help="compile processes (default: every core)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -53,7 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.jobs is not None and args.jobs < 1:
         return usage_error(parser, f"--jobs {args.jobs} must be at least 1")
     try:
-        configs = [Config.parse(text) for text in args.config] or SearchSpace().all_configs()
+        kernel = kernels.get(args.kernel, args.pass_)
+    except kernels.KernelNotFound as exc:
+        return usage_error(parser, f"--kernel: {exc}")
+    try:
+        configs = [kernel.config_type.parse(text) for text in args.config] or kernel.space().all_configs()
     except ValueError as exc:
         return usage_error(parser, f"--config: {exc}")
     problem = Problem(head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)

@@ -1,20 +1,20 @@
-"""The exact figures: the kernel compiled for a target on this machine, no GPU needed.
+"""The exact figures: a config's kernels compiled for a target on this machine, no GPU needed.
 
-``triton.compile`` runs on the CPU for any ``sm_XX``, specialised exactly as the JIT
-specialises a launch (:func:`compile_source`, which builds its arguments through the
-kernel's own ``kernel_arguments``). Registers and spills are read from the cubin by the
-``cuobjdump`` that ships inside Triton. Results are cached on disk, keyed by the
-kernel's device code, so a rerun compiles nothing.
+A config is compiled as its kernel's compile units say
+(:meth:`tuner.kernels.TunableKernel.compile_units`: every JIT kernel its launch runs,
+specialised exactly as the JIT specialises that launch). ``triton.compile`` runs on the
+CPU for any ``sm_XX``. Registers and spills are read from each cubin by the ``cuobjdump``
+that ships inside Triton; a config's :class:`CompileInfo` is the worst of its units. Results
+are cached on disk, keyed by the kernel's device code, so a rerun compiles nothing.
 
-For the GPU present, the compile goes through ``JITFunction.warmup`` instead, so the
-binary also lands where the launch will look for it (:func:`_jit_warmup`).
+For the GPU present, each unit goes through ``JITFunction.warmup`` instead, so the binary
+also lands where the launch will look for it (:func:`_jit_warmup`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import json
 import os
 import re
@@ -22,25 +22,52 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from tuner.problem import Problem
-from tuner.space import Config
 
 
 @dataclass(frozen=True)
 class CompileInfo:
-    """What the compiler says about one config on one target."""
+    """What the compiler says about one config on one target: the worst of its compile units,
+    and each unit's own figures (``units``; empty for a config of one unit)."""
 
     shared_bytes: int | None = None        # dynamic shared memory the launch asks for
     static_shared_bytes: int = 0           # shared memory declared in the cubin itself
     registers: int | None = None           # per thread
     spill_bytes: int = 0                   # stack frame (local memory) per thread
     error: str | None = None
-    binary: str | None = None              # hash of the cubin and launch metadata: equal means same kernel
+    binary: str | None = None              # hash of the cubins and launch metadata: equal means same kernels
+    name: str = ""                         # the unit's name (a unit's info); "" for a config's
+    num_warps: int | None = None           # the unit's warps (its threads hold the registers)
+    units: tuple[CompileInfo, ...] = ()
+
+    def parts(self) -> tuple[CompileInfo, ...]:
+        """The units to judge: each unit's info, or this one when it stands for a single unit."""
+        return self.units or (self,)
+
+    @classmethod
+    def from_json(cls, values: dict) -> CompileInfo:
+        units = tuple(cls.from_json(u) for u in values.pop("units", ()))
+        return cls(**values, units=units)
+
+    @classmethod
+    def worst(cls, units: Sequence[CompileInfo]) -> CompileInfo:
+        """A config's info from its units': the largest shared memory, registers and spills, the
+        first error (named after its unit when there are several), one hash over all binaries."""
+        if len(units) == 1:
+            return replace(units[0], units=())
+        failed = next((u for u in units if u.error), None)
+        if failed is not None:
+            return cls(error=f"{failed.name}: {failed.error}", units=tuple(units))
+        widest = max(units, key=lambda u: u.shared_bytes or 0)
+        binary = hashlib.sha256("+".join(u.binary or "" for u in units).encode()).hexdigest()[:20]
+        return cls(shared_bytes=widest.shared_bytes, static_shared_bytes=widest.static_shared_bytes,
+                   registers=max(u.registers or 0 for u in units), spill_bytes=max(u.spill_bytes for u in units),
+                   binary=binary if all(u.binary for u in units) else None, units=tuple(units))
 
 
 @dataclass(frozen=True)
@@ -50,90 +77,10 @@ class CompileTask:
     ``via_jit`` compiles for the GPU present through the JIT (``capability`` must be its own).
     """
 
-    config: Config
+    config: Any                 # a config of any kernel (tuner.kernels.kernel_of finds its kernel)
     problem: Problem
     capability: int
     via_jit: bool = False
-
-
-# --------------------------------------------------------------- the JIT's specialisation
-
-
-def _int_type(value: int) -> str:
-    return "i32" if -(2**31) <= value < 2**31 else "i64"
-
-
-def compile_source(problem: Problem, block_m: int, block_n: int, config: Config | None = None):
-    """The ``triton.compile`` inputs the JIT would build for a launch of ``problem``.
-
-    Mirrors Triton's run-time specialisation (3.6 to 3.9): pointers 16-byte aligned
-    (torch allocations are), integers divisible by 16 get ``tt.divisibility = 16``,
-    integers equal to 1 become constexprs. Without the divisibility hints Triton does
-    not pipeline the loads and shared memory no longer depends on ``num_stages``.
-
-    ``config``'s knobs (TMA, warp specialization, persistent grid) are constexprs too.
-
-    Returns:
-        ``(signature, constexprs, attrs)`` for ``triton.compiler.ASTSource``.
-    """
-    from kernel import DTYPES, LaunchShape, kernel_arguments
-    from kernel.flash_fwd import UNSPECIALISED
-
-    shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
-    pointers = ["*" + DTYPES[problem.torch_dtype]] * 4 + ["*fp32"]
-    signature: dict[str, str] = {}
-    constexprs: dict[tuple[int, ...], Any] = {}
-    attrs: dict[tuple[int, ...], list] = {}
-    divisible = [["tt.divisibility", 16]]
-    for index, (name, value) in enumerate(kernel_arguments(pointers, shape, problem.causal)):
-        if isinstance(value, str):
-            signature[name] = value
-            attrs[(index,)] = divisible
-        elif isinstance(value, float):
-            signature[name] = "fp32"
-        elif name in UNSPECIALISED:
-            signature[name] = _int_type(value)
-        elif value == 1:
-            signature[name] = "constexpr"
-            constexprs[(index,)] = 1
-        else:
-            signature[name] = _int_type(value)
-            if value % 16 == 0:
-                attrs[(index,)] = divisible
-    first_constexpr = len(signature)
-    for offset, (name, value) in enumerate(
-            [("HEAD_DIM", shape.head_dim), ("BLOCK_M", block_m), ("BLOCK_N", block_n),
-             ("CAUSAL", bool(problem.causal))] + _knob_constexprs(config)):
-        signature[name] = "constexpr"
-        constexprs[(first_constexpr + offset,)] = value
-    return signature, constexprs, attrs
-
-
-def _knob_constexprs(config: Config | None) -> list[tuple[str, Any]]:
-    """The kernel's knob constexprs for ``config`` (in signature order), as the launcher passes them."""
-    from kernel.flash_fwd import KNOB_CONSTEXPRS
-
-    if config is None:
-        return list(KNOB_CONSTEXPRS)
-    values = config.constexprs()
-    return [(name, values[name]) for name, _ in KNOB_CONSTEXPRS]
-
-
-def compile_options(config: Config) -> dict:
-    """``triton.compile`` options of a config: warps, stages, the register cap, and ours."""
-    from kernel import COMPILE_OPTIONS
-
-    options = dict(num_warps=config.num_warps, num_stages=config.num_stages, **COMPILE_OPTIONS)
-    if config.maxnreg:
-        options["maxnreg"] = config.maxnreg
-    return options
-
-
-def specialisation(problem: Problem) -> str:
-    """What the JIT specialises a launch of this problem on (dtype, head dim, causal,
-    which integers are divisible by 16 or equal to 1): problems with equal keys run
-    the same binary for a given config."""
-    return repr(compile_source(problem, 16, 16))
 
 
 # ------------------------------------------------------------------------ the compiler
@@ -165,97 +112,97 @@ def read_resource_usage(cubin: bytes) -> tuple[int, int, int]:
     return int(fields["REG"]), stack, int(fields.get("SHARED", 0))
 
 
-def _cache_path(task: CompileTask) -> Path:
+def _units(task: CompileTask) -> list:
+    from tuner.kernels import kernel_of
+
+    return kernel_of(task.config).compile_units(task.config, task.problem)
+
+
+def _unit_cache_path(unit, capability: int, via_jit: bool, source: bytes) -> Path:
+    """Where one compile unit's figures are kept: configs that share a unit (the backward's dK/dV
+    kernel under every dQ pass) compile it once."""
     import triton
 
-    from kernel import COMPILE_OPTIONS, flash_fwd
-
-    signature, constexprs, attrs = compile_source(task.problem, task.config.block_m, task.config.block_n, task.config)
+    key = (BINARY_KEY, triton.__version__, capability, via_jit, unit.name, unit.signature,
+           sorted(unit.constexprs.items()), sorted(unit.attrs.items()), sorted(unit.options.items()), unit.launch)
     # The device code alone: editing the launcher must not throw the cache away.
-    source = "".join(inspect.getsource(f.fn) for f in (flash_fwd._attend_tiles, flash_fwd._attend_query_tile,
-                                                        flash_fwd._flash_fwd_kernel)).encode()
-    blob = repr((BINARY_KEY, triton.__version__, task.capability, task.via_jit, task.config, signature,
-                 sorted(constexprs.items()),
-                 sorted(attrs.items()), sorted(COMPILE_OPTIONS.items()))).encode() + source
-    return cache_dir() / f"{hashlib.sha256(blob).hexdigest()[:32]}.json"
+    return cache_dir() / f"{hashlib.sha256(repr(key).encode() + source).hexdigest()[:32]}.json"
 
 
-# Bumped when what ``CompileInfo.binary`` covers changes, so cached entries are not reused.
-BINARY_KEY = "binary+launch-grid"
+def _unit_paths(task: CompileTask) -> list[tuple[object, Path]]:
+    from tuner.kernels import kernel_of
+
+    source = kernel_of(task.config).device_source().encode()
+    return [(unit, _unit_cache_path(unit, task.capability, task.via_jit, source)) for unit in _units(task)]
+
+
+# Bumped when what a cached ``CompileInfo`` holds changes, so cached entries are not reused.
+BINARY_KEY = "binary+launch-grid+per-unit"
+
+
+def cached_info(task: CompileTask) -> CompileInfo | None:
+    """The task's figures if every one of its units is cached, else None."""
+    infos = [_read_cache(path) for _, path in _unit_paths(task)]
+    return None if any(info is None for info in infos) else CompileInfo.worst(infos)
 
 
 def _read_cache(path: Path) -> CompileInfo | None:
     try:
-        return CompileInfo(**json.loads(path.read_text()))
+        return CompileInfo.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):      # absent, or left half-written by an older version
         return None
 
 
-def _jit_warmup(config: Config, problem: Problem):
-    """Compile through the JIT's own path (``JITFunction.warmup``) for the GPU present.
+def _jit_warmup(unit):
+    """Compile a unit through the JIT's own path (``JITFunction.warmup``) for the GPU present.
 
     The binary lands in Triton's cache under the key a launch will look up, so the
     process that times the config loads it instead of compiling it again. (A
     ``triton.compile`` of the same source makes the same binary but files it under
     another key: Triton 3.6 misses it at launch.)
     """
-    import torch
-
-    from kernel import LaunchShape, kernel_arguments
-    from kernel.flash_fwd import _flash_fwd_kernel
-
-    shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
-    dtype = problem.torch_dtype
-    pointers = (dtype, dtype, dtype, dtype, torch.float32)      # warmup takes dtypes for tensors
-    args = [value for _, value in kernel_arguments(pointers, shape, problem.causal)]
-    knobs = dict(_knob_constexprs(config))
-    return _flash_fwd_kernel.warmup(*args, HEAD_DIM=problem.head_dim, BLOCK_M=config.block_m,
-                                    BLOCK_N=config.block_n, CAUSAL=bool(problem.causal), grid=(1,), **knobs,
-                                    **compile_options(config))
+    return unit.fn.warmup(*unit.warmup_args, grid=(1,), **unit.warmup_kwargs)
 
 
-def _compile_uncached(task: CompileTask) -> CompileInfo:
+def _compile_unit(unit, capability: int, via_jit: bool) -> CompileInfo:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from kernel.flash_fwd import _flash_fwd_kernel
-
-    config = task.config
     try:
-        if task.via_jit:
-            compiled = _jit_warmup(config, task.problem)
+        if via_jit:
+            compiled = _jit_warmup(unit)
         else:
-            source = ASTSource(_flash_fwd_kernel, *compile_source(task.problem, config.block_m, config.block_n,
-                                                                  config))
-            compiled = triton.compile(source, target=GPUTarget("cuda", task.capability, 32),
-                                      options=compile_options(config))
+            source = ASTSource(unit.fn, unit.signature, unit.constexprs, unit.attrs)
+            compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=unit.options)
     except Exception as exc:  # a config the compiler rejects is a result, not a crash
         message = str(exc).strip().splitlines()
-        return CompileInfo(error=f"{type(exc).__name__}: {message[-1] if message else ''}"[:500])
+        return CompileInfo(error=f"{type(exc).__name__}: {message[-1] if message else ''}"[:500], name=unit.name,
+                           num_warps=unit.num_warps)
     cubin = compiled.asm["cubin"]
     registers, stack, static_shared = read_resource_usage(cubin)
-    # "Same binary" means same timings only with the same launch: the warps, and the persistent
-    # grid's programs per SM (1 and 2 compile to one cubin and launch different grids).
-    launch = repr((compiled.metadata.shared, config.num_warps, config.persistent)).encode()
+    # "Same binary" means same timings only with the same launch (the unit's ``launch``).
+    launch = repr((compiled.metadata.shared, *unit.launch)).encode()
     binary = hashlib.sha256(cubin + launch).hexdigest()[:20]
     return CompileInfo(shared_bytes=int(compiled.metadata.shared), static_shared_bytes=static_shared,
-                       registers=registers, spill_bytes=stack, binary=binary)
+                       registers=registers, spill_bytes=stack, binary=binary, name=unit.name,
+                       num_warps=unit.num_warps)
 
 
 def compile_config(task: CompileTask) -> CompileInfo:
-    """Compile one task (cached). Must run where ``TRITON_INTERPRET`` is off;
-    :class:`CompilePool` sees to that."""
-    path = _cache_path(task)
-    cached = _read_cache(path)
-    if cached is not None:
-        return cached
-    info = _compile_uncached(task)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(asdict(info)))
-    temporary.replace(path)            # atomic: a killed run never leaves half a file
-    return info
+    """Compile one task, unit by unit (each cached on its own), and return the worst of them.
+    Must run where ``TRITON_INTERPRET`` is off; :class:`CompilePool` sees to that."""
+    infos = []
+    for unit, path in _unit_paths(task):
+        info = _read_cache(path)
+        if info is None:
+            info = _compile_unit(unit, task.capability, task.via_jit)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps(asdict(info)))
+            temporary.replace(path)            # atomic: a killed run never leaves half a file
+        infos.append(info)
+    return CompileInfo.worst(infos)
 
 
 @contextlib.contextmanager
@@ -295,7 +242,7 @@ class CompilePool:
 
     def submit(self, task: CompileTask) -> Future:
         """Compile one task; the future's result is a :class:`CompileInfo`."""
-        cached = _read_cache(_cache_path(task))
+        cached = cached_info(task)
         if cached is not None:
             done: Future = Future()
             done.set_result(cached)
@@ -346,7 +293,7 @@ def compile_many(tasks: Sequence[CompileTask], jobs: int | None = None, progress
             pool.close()
 
 
-def compile_tasks(config: Config, variants: Sequence[Problem], target_capability: int,
+def compile_tasks(config, variants: Sequence[Problem], target_capability: int,
                   present_capability: int | None) -> list[CompileTask]:
     """What to compile for a config: each specialisation of a study, for the target's
     budget and, when a GPU is present, for the GPU used. On the target itself one JIT

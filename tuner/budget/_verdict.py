@@ -1,20 +1,21 @@
 """The verdict on a config for a target: can it launch, and if not, why.
 
-:func:`verdict` is pure: the space's restrictions first, then the shared-memory model
-(no compile) or the compiler's figures (with one), then registers and spills.
+:func:`verdict` is pure: the kernel's restrictions first, then its budget rules (knobs the
+target or Triton lacks), then its shared-memory model (no compile) or the compiler's
+figures for each of its compile units (with one), registers and spills. A config of
+several units is judged unit by unit, and a rejection names the unit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from tuner.budget._compile import CompileInfo, CompilePool, CompileTask, compile_many
-from tuner.budget._knobs import knob_restriction
-from tuner.budget._model import model_smem_bytes
 from tuner.gpus import GpuSpec
+from tuner.kernels import kernel_of
 from tuner.problem import Problem
-from tuner.space import Config, restriction
 from tuner.status import LAUNCHABLE, Status
 
 
@@ -22,7 +23,7 @@ from tuner.status import LAUNCHABLE, Status
 class BudgetResult:
     """The verdict on one config for one target and problem."""
 
-    config: Config
+    config: Any
     target: str
     verdict: Status
     reason: str
@@ -49,16 +50,40 @@ def smem_limit(info: CompileInfo | None, gpu: GpuSpec) -> int:
     return gpu.smem_per_block_optin - static
 
 
-def verdict(config: Config, problem: Problem, gpu: GpuSpec, info: CompileInfo | None) -> BudgetResult:
-    """Judge one config; ``info`` None means the model alone decides (no compile)."""
-    model = model_smem_bytes(config, problem.head_dim, problem.dtype, gpu)
+def _compiled_verdict(config, gpu: GpuSpec, info: CompileInfo) -> tuple[Status, str]:
+    """The compiler's figures, unit by unit: the first unit over a limit decides, named when there are several."""
+    parts = info.parts()
+    if info.error:
+        return Status.COMPILE_ERROR, info.error
+    judged = []
+    for unit in parts:
+        where = f"{unit.name}: " if len(parts) > 1 else ""
+        limit = smem_limit(unit, gpu)
+        if unit.shared_bytes > limit:
+            return Status.OVER_SMEM, f"{where}needs {unit.shared_bytes} B > {limit} B on {gpu.name}"
+        threads = 32 * (unit.num_warps or config.num_warps)
+        if unit.registers * threads > gpu.regs_per_sm:
+            return Status.OVER_REGISTERS, (f"{where}{unit.registers} registers x {threads} threads = "
+                                           f"{unit.registers * threads} > {gpu.regs_per_sm} on {gpu.name}")
+        judged.append((where, unit, limit))
+    for where, unit, _ in judged:
+        if unit.spill_bytes:
+            return Status.SPILLS, f"{where}spills {unit.spill_bytes} B per thread at {unit.registers} registers"
+    return Status.FITS, "; ".join(f"{where}{unit.shared_bytes} B <= {limit} B, {unit.registers} registers"
+                                  for where, unit, limit in judged)
+
+
+def verdict(config, problem: Problem, gpu: GpuSpec, info: CompileInfo | None) -> BudgetResult:
+    """Judge one config of any kernel; ``info`` None means the model alone decides (no compile)."""
+    kernel = kernel_of(config)
+    model = kernel.model_smem_bytes(config, problem, gpu)
     limit = smem_limit(info, gpu)
     base = dict(config=config, target=gpu.name, model_bytes=model, limit_bytes=limit)
-    why_not = restriction(config, problem.head_dim)
+    why_not = kernel.restriction(config, problem.head_dim)
     if why_not:
         kind = Status.OVER_REGISTERS if why_not.startswith("registers") else Status.INVALID
         return BudgetResult(verdict=kind, reason=why_not, **base)
-    unsupported = knob_restriction(config, gpu)
+    unsupported = kernel.budget_rule(config, gpu)
     if unsupported:
         return BudgetResult(verdict=Status.UNSUPPORTED, reason=unsupported, **base)
     if info is None:
@@ -67,34 +92,21 @@ def verdict(config: Config, problem: Problem, gpu: GpuSpec, info: CompileInfo | 
                                 **base)
         return BudgetResult(verdict=Status.FITS, reason=f"model {model} B <= {limit} B", **base)
     compiled = dict(compiled_bytes=info.shared_bytes, registers=info.registers, spill_bytes=info.spill_bytes)
-    if info.error:
-        return BudgetResult(verdict=Status.COMPILE_ERROR, reason=info.error, **base, **compiled)
-    if info.shared_bytes > limit:
-        return BudgetResult(verdict=Status.OVER_SMEM, reason=f"needs {info.shared_bytes} B > {limit} B on {gpu.name}",
-                            **base, **compiled)
-    threads = 32 * config.num_warps
-    if info.registers * threads > gpu.regs_per_sm:
-        return BudgetResult(verdict=Status.OVER_REGISTERS, reason=(
-            f"{info.registers} registers x {threads} threads = {info.registers * threads} > {gpu.regs_per_sm} "
-            f"on {gpu.name}"), **base, **compiled)
-    if info.spill_bytes:
-        return BudgetResult(verdict=Status.SPILLS, reason=f"spills {info.spill_bytes} B per thread at "
-                                                          f"{info.registers} registers", **base, **compiled)
-    return BudgetResult(verdict=Status.FITS, reason=f"{info.shared_bytes} B <= {limit} B, {info.registers} registers",
-                        **base, **compiled)
+    status, reason = _compiled_verdict(config, gpu, info)
+    return BudgetResult(verdict=status, reason=reason, **base, **compiled)
 
 
-def check_many(configs: Iterable[Config], problem: Problem, gpu: GpuSpec, compile: bool = True,
+def check_many(configs: Iterable, problem: Problem, gpu: GpuSpec, compile: bool = True,
                jobs: int | None = None, progress=None, pool: CompilePool | None = None) -> list[BudgetResult]:
-    """Judge many configs; the ones the restrictions or the knob rules reject are never compiled."""
+    """Judge many configs; the ones the restrictions or the budget rules reject are never compiled."""
     configs = list(configs)
-    to_compile = [c for c in configs if restriction(c, problem.head_dim) is None
-                  and knob_restriction(c, gpu) is None] if compile else []
+    to_compile = [c for c in configs if kernel_of(c).restriction(c, problem.head_dim) is None
+                  and kernel_of(c).budget_rule(c, gpu) is None] if compile else []
     tasks = [CompileTask(c, problem, gpu.capability) for c in to_compile]
     infos = dict(zip(to_compile, compile_many(tasks, jobs, progress, pool)))
     return [verdict(c, problem, gpu, infos.get(c)) for c in configs]
 
 
-def check(config: Config, problem: Problem, gpu: GpuSpec, compile: bool = True) -> BudgetResult:
+def check(config, problem: Problem, gpu: GpuSpec, compile: bool = True) -> BudgetResult:
     """Judge one config (see :func:`check_many`)."""
     return check_many([config], problem, gpu, compile)[0]

@@ -13,10 +13,8 @@ so they open without a network.
 """
 
 from tuner.dashboard._cli import main
-from tuner.dashboard._heatmap import METRICS, cell_label, heatmap, hover_fields, page_name
-from tuner.dashboard._pages import DEFAULT_DIR, build_all
-from tuner.dashboard._profile_page import profile_page
-from tuner.dashboard._roofline import compulsory_bytes, gpu_spec_of, profiled_point, roof_tflops, roofline
+from tuner.dashboard._heatmap import heatmap, page_name
+from tuner.dashboard._pages import build_all
+from tuner.dashboard._roofline import intensity, profiled_point, roof_tflops, roofline
 
-__all__ = ["DEFAULT_DIR", "METRICS", "build_all", "cell_label", "compulsory_bytes", "gpu_spec_of", "heatmap",
-           "hover_fields", "main", "page_name", "profile_page", "profiled_point", "roof_tflops", "roofline"]
+__all__ = ["build_all", "heatmap", "intensity", "main", "page_name", "profiled_point", "roof_tflops", "roofline"]

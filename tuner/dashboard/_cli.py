@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tuner.cli import usage_error
 from tuner.dashboard._pages import DEFAULT_DIR, build_all
+from tuner.formatting import usage_error
 from tuner.store import DEFAULT_URL, Store, StoreError
 
 

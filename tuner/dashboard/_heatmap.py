@@ -1,13 +1,20 @@
 """The heatmap page of one (study, shape, target, GPU used): BLOCK_M down, BLOCK_N across,
-one panel per (num_warps, num_stages), rejected configs grey with their reason."""
+one panel per (num_warps, num_stages), rejected configs grey with their reason; a selector
+over the config's variants (the knobs set, :attr:`tuner.space.KernelConfig.variant`) where
+the rows hold several, and a title that names the shape's winner (:mod:`tuner.winners`).
+Every kernel's config has these four tile axes; the rest is read from the key, through the
+row's kernel."""
 
 from __future__ import annotations
 
 import html
 import re
 
+from tuner import kernels
+from tuner.finalists import ShapeVerdict
 from tuner.status import Status
 from tuner.store import Result
+from tuner.winners import winner
 
 METRICS = {  # column -> (button label, colour bar title)
     "tflops": ("TFLOP/s", "TFLOP/s"),
@@ -98,8 +105,7 @@ def _panel_traces(go, rows_by_cell: dict, warps: int, stages: int, block_m: list
 
 def knob_variant(row: Result) -> str:
     """The knobs a row's config sets, as its heatmap selector names them ("plain": none)."""
-    knobs = row.config.split("_")[3:]
-    return " ".join(knobs) if knobs else "plain"
+    return kernels.get(row.kernel, row.pass_).config_type.parse(row.config).variant
 
 
 def _variant_menu(variants: list[str], shown: str, traces_per_variant: int) -> dict:
@@ -112,10 +118,11 @@ def _variant_menu(variants: list[str], shown: str, traces_per_variant: int) -> d
                 buttons=buttons, active=variants.index(shown), showactive=True)
 
 
-def heatmap(rows: list[Result]):
+def heatmap(rows: list[Result], verdict: ShapeVerdict | None = None):
     """The heatmap figure for one (study, shape, target, GPU) group of rows: panels per
     (warps, stages), and with knobs in the space a selector over knob variants (TMA,
-    persistent grid, ...), opened on the variant of the fastest config."""
+    persistent grid, ...), opened on the variant of the fastest config. ``verdict``: the
+    shape's re-timed finalists, whose winner the title names."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -157,7 +164,7 @@ def heatmap(rows: list[Result]):
                   buttons=buttons, showactive=True)]
     if len(variants) > 1:
         menus.append(_variant_menu(variants, shown, 2 * len(warps) * len(stages)))
-    fig.update_layout(title=dict(text=_title(rows, timed_rows), x=0.01), height=170 * len(warps) + 160,
+    fig.update_layout(title=dict(text=_title(rows, timed_rows, verdict), x=0.01), height=170 * len(warps) + 160,
                       width=max(140 * len(stages) + 260, 900 if len(variants) > 1 else 0), template="plotly_white",
                       coloraxis=dict(colorscale="Viridis", cmin=ranges["tflops"][0], cmax=ranges["tflops"][1],
                                      colorbar=dict(title=dict(text=METRICS["tflops"][1]))),
@@ -166,12 +173,23 @@ def heatmap(rows: list[Result]):
 
 
 
-def _title(rows: list[Result], timed: list[Result]) -> str:
+def _title(rows: list[Result], timed: list[Result], verdict: ShapeVerdict | None = None) -> str:
     first = rows[0]
-    best = min(timed, key=lambda r: r.ms) if timed else None
+    key = winner(rows, first.shape, verdict)
+    best = next((r for r in timed if r.config == key), None)
     dates = sorted(r.created_at for r in rows)
     return (f"<b>{first.study}</b> · {first.shape} · target {first.target} · measured on {first.gpu}<br>"
             f"<sup>torch {first.torch_version}, triton {first.triton_version}, driver {first.driver}; "
             f"{dates[0]:%Y-%m-%d %H:%M} to {dates[-1]:%Y-%m-%d %H:%M} UTC; {len(timed)} of {len(rows)} configs timed"
-            + (f"; best {best.config}: {best.ms:.4f} ms, {best.tflops:.0f} TFLOP/s, "
-               f"{best.pct_flash or 0:.0f}% of SDPA-flash" if best else "") + "</sup>")
+            + (_best(best, verdict) if best else "") + "</sup>")
+
+
+def _best(best: Result, verdict: ShapeVerdict | None) -> str:
+    """The winner's figures, as the summary gives them: re-timed, against SDPA from the same rounds."""
+    if verdict is None:
+        return (f"; best {best.config}: {best.ms:.4f} ms, {best.tflops:.0f} TFLOP/s, "
+                f"{best.pct_flash or 0:.0f}% of SDPA-flash")
+    ms = verdict.winner.median
+    flash, _ = verdict.sdpa_ms(best)
+    return (f"; best {best.config} (finalists re-timed): {ms:.4f} ms, {best.tflops * best.ms / ms:.0f} TFLOP/s, "
+            f"{100 * (flash or 0) / ms:.0f}% of SDPA-flash")

@@ -11,6 +11,7 @@ from tuner.dashboard._profile_page import profile_page, profile_page_name
 from tuner.dashboard._roofline import roofline
 from tuner.status import Status
 from tuner.store import DEFAULT_OUT, Profile, Result, Store
+from tuner.winners import verdicts_of
 
 DEFAULT_DIR = Path(DEFAULT_OUT) / "dashboards"
 
@@ -37,11 +38,14 @@ def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | Non
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     index: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    verdicts: dict[tuple, dict] = {}
     for (study, target, gpu, shape), group in sorted(groups.items()):
         if shapes and shape not in shapes:
             continue
+        if (study, target, gpu) not in verdicts:
+            verdicts[(study, target, gpu)] = verdicts_of(db, study, target, gpu)
         name = page_name(study, shape, target, gpu)
-        _write(heatmap(group), directory / name, plotlyjs)
+        _write(heatmap(group, verdicts[(study, target, gpu)].get(shape)), directory / name, plotlyjs)
         written.append(directory / name)
         index[study].append((name, f"{shape} · target {target} · {gpu}"))
     profiles: dict[tuple, list[Profile]] = defaultdict(list)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import html
 
+from tuner.counters import display_order, kernel_label, stalls_of, verdict
 from tuner.dashboard._heatmap import _num
-from tuner.profile import display_order, kernel_label, stalls_of, verdict
 from tuner.store import Profile
 
 # (column, axis label): percentages of peak, on one axis

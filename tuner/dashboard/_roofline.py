@@ -8,23 +8,22 @@ import html
 import re
 from collections import defaultdict
 
-from kernel.timing import attention_flops
+from tuner import kernels
+from tuner.counters import verdict
 from tuner.gpus import GpuSpec
 from tuner.problem import Problem
-from tuner.profile import verdict
 from tuner.status import Status
 from tuner.store import Profile, Result
 
 
-def compulsory_bytes(row: Result) -> float:
-    """Bytes one launch must move to or from HBM: Q, K and V read once, O and lse written once.
+def problem_of(row: Result) -> Problem:
+    return Problem(row.batch, row.heads, row.n_q, row.n_k, row.head_dim, row.dtype, row.causal)
 
-    The kernel re-reads K and V once per query tile, but at these sizes the re-reads
-    come from L2 (50 MB on an H100/H200), so they do not count against HBM bandwidth.
-    """
-    element = 4 if row.dtype == "fp32" else 2
-    per_head = (2 * row.n_q * row.head_dim + 2 * row.n_k * row.head_dim) * element + 4 * row.n_q
-    return float(row.batch * row.heads * per_head)
+
+def intensity(row: Result) -> float:
+    """FLOPs per compulsory byte of a row's launch (its kernel's ``flops`` and ``compulsory_bytes``)."""
+    kernel, problem = kernels.get(row.kernel, row.pass_), problem_of(row)
+    return kernel.flops(problem) / kernel.compulsory_bytes(problem)
 
 
 def roof_tflops(spec: GpuSpec, intensity: float) -> float:
@@ -47,8 +46,7 @@ PROFILE_MARKERS = {"ours": ("diamond", "our finalists"), "sdpa_flash": ("square"
 
 def profiled_point(row: Profile) -> tuple[float, float]:
     """(FLOP per measured DRAM byte, TFLOP/s over the profiled launch) of an "ok" profile."""
-    shape = Problem.from_label(row.shape)
-    flops = attention_flops(shape.batch, shape.heads, shape.n_q, shape.n_k, shape.head_dim, shape.causal)
+    flops = kernels.get(row.kernel, row.pass_).flops(Problem.from_label(row.shape))
     return flops / (row.dram_read_bytes + row.dram_write_bytes), flops / (row.duration_us * 1e-6) / 1e12
 
 
@@ -88,8 +86,7 @@ def roofline(rows: list[Result], profiles: list[Profile] = ()):
         by_shape[row.shape].append(row)
     intensities = []
     for shape, shape_rows in by_shape.items():
-        xs = [attention_flops(r.batch, r.heads, r.n_q, r.n_k, r.head_dim, r.causal) / compulsory_bytes(r)
-              for r in shape_rows]
+        xs = [intensity(r) for r in shape_rows]
         intensities += xs
         fig.add_trace(go.Scatter(x=xs, y=[r.tflops for r in shape_rows], mode="markers", name=shape,
                                  customdata=[[r.config, f"{r.ms:.4f}"] for r in shape_rows],

@@ -8,8 +8,8 @@ really cross DRAM. :func:`verdict` turns them into one line per kernel.
 
 Modules: ``_metrics`` (the fixed metric set, reading ncu's CSV), ``_ncu`` (running ncu
 on one target, telling its failures apart), ``_launch`` (the program ncu runs),
-``_verdict`` (the one-line verdict), ``_run`` (selecting, profiling and storing), ``_report``
-(the Markdown table).
+``_run`` (selecting, profiling and storing), ``_report`` (the Markdown table); the one-line
+verdict is :mod:`tuner.counters`' (shared with the dashboards' profile pages).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import importlib
 _EXPORTS = {
     "METRICS": "_metrics", "KernelCounters": "_metrics", "NcuOutputError": "_metrics", "ProfileError": "_metrics",
     "metrics_argument": "_metrics", "parse_raw_csv": "_metrics", "pick_kernel": "_metrics",
-    "KINDS": "_ncu", "KIND_LABELS": "_verdict", "CountersNotPermitted": "_ncu", "NcuMissing": "_ncu", "Target": "_ncu",
-    "command": "_ncu",
+    "KINDS": "_ncu", "KIND_LABELS": "tuner.counters", "CountersNotPermitted": "_ncu", "NcuMissing": "_ncu",
+    "Target": "_ncu", "command": "_ncu",
     "find_ncu": "_ncu", "interpret": "_ncu", "ncu_version": "_ncu", "profile": "_ncu",
-    "bound": "_verdict", "display_order": "_verdict", "kernel_label": "_verdict", "stalls_of": "_verdict",
-    "verdict": "_verdict",
+    "bound": "tuner.counters", "display_order": "tuner.counters", "kernel_label": "tuner.counters",
+    "stalls_of": "tuner.counters", "verdict": "tuner.counters",
     "ProfileContext": "_run", "best_configs": "_run", "profile_row": "_run", "profile_study": "_run",
     "profile_targets": "_run", "select_targets": "_run", "verdict_lines": "_run", "markdown": "_report",
 }
@@ -35,4 +35,5 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'tuner.profile' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"tuner.profile.{_EXPORTS[name]}"), name)
+    module = _EXPORTS[name]
+    return getattr(importlib.import_module(module if "." in module else f"tuner.profile.{module}"), name)

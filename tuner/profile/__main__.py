@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuner.cli import usage_error
+from tuner.formatting import usage_error
 from tuner.gpus import GpuSpec, valid_names
 from tuner.profile._metrics import ProfileError
 from tuner.profile._ncu import CountersNotPermitted, NcuMissing, find_ncu
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        study = load(args.study)
+        study = load(args.study).for_pass(getattr(args, "pass_", None))
         target = GpuSpec.from_name(args.gpu)
     except (StudyError, ValueError, RuntimeError) as exc:
         return usage_error(parser, f"--{'study' if isinstance(exc, StudyError) else 'gpu'}: {exc}")

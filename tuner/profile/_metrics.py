@@ -61,10 +61,6 @@ class KernelCounters:
     def top_stalls(self, count: int = 3) -> tuple[tuple[str, float], ...]:
         return tuple(s for s in self.stalls if s[0] not in NOT_A_STALL)[:count]
 
-    @property
-    def dram_bytes(self) -> float:
-        return self.values["dram_read_bytes"] + self.values["dram_write_bytes"]
-
 
 def metrics_argument() -> str:
     """The value of ``ncu --metrics``."""

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner import kernels
 from tuner.problem import Problem
 from tuner.profile._metrics import (
     KernelCounters,
@@ -25,14 +26,10 @@ from tuner.profile._metrics import (
     parse_raw_csv,
     pick_kernel,
 )
-from tuner.space import Config
 
-# kind -> (what _launch runs, the kernel whose counters are kept, as a regex over its name)
-KINDS = {
-    "ours": ("ours", r"^_flash_fwd_kernel\b"),
-    "sdpa_flash": ("flash", r"flash_fwd\w*_kernel<"),
-    "sdpa_cudnn": ("cudnn", r"cudnn|sdpa|fmha|fprop"),
-}
+# kind -> what _launch runs: our kernel, or one of its baselines (and the key of the kernel's
+# ``ncu_kernels``, the regex over kernel names of the launch whose counters are kept)
+KINDS = {"ours": "ours", "sdpa_flash": "flash", "sdpa_cudnn": "cudnn"}
 PERMISSION_HELP = (
     "ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM). Run as root, or let every user "
     "read them: put 'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in /etc/modprobe.d/nvidia-profiling.conf "
@@ -50,12 +47,20 @@ class CountersNotPermitted(ProfileError):
 
 @dataclass(frozen=True)
 class Target:
-    """One launch to profile: a kind of :data:`KINDS` on a shape (with a config for ours)."""
+    """One launch to profile: a kind of :data:`KINDS` on a shape (with a config for ours), of a
+    kernel (its name and pass, :func:`tuner.kernels.get`)."""
 
     kind: str
     shape: Problem
-    config: Config | None = None
+    config: object | None = None
     rank: int | None = None
+    kernel: str = kernels.DEFAULT_KERNEL
+    pass_: str = kernels.DEFAULT_PASS
+
+    @property
+    def pattern(self) -> str:
+        """The regex over kernel names of the launch whose counters are kept (the kernel's ``ncu_kernels``)."""
+        return kernels.get(self.kernel, self.pass_).ncu_kernels()[KINDS[self.kind]]
 
     @property
     def label(self) -> str:
@@ -64,7 +69,7 @@ class Target:
     def request(self) -> str:
         """The JSON argument of ``python -m tuner.profile._launch``."""
         shape = {f: getattr(self.shape, f) for f in ("batch", "heads", "n_q", "n_k", "head_dim", "dtype", "causal")}
-        return json.dumps({"target": KINDS[self.kind][0], "shape": shape,
+        return json.dumps({"target": KINDS[self.kind], "shape": shape, "kernel": self.kernel, "pass": self.pass_,
                            "config": self.config.as_kwargs() if self.config else None})
 
 
@@ -125,7 +130,7 @@ def interpret(stdout: str, stderr: str, returncode: int, target: Target) -> Kern
     if returncode != 0 and '"ID",' not in stdout:
         tail = " | ".join(line for line in text.strip().splitlines()[-4:])
         raise ProfileError(f"the profiled program failed (exit status {returncode}): {tail[-400:]}")
-    return pick_kernel(parse_raw_csv(stdout), KINDS[target.kind][1])
+    return pick_kernel(parse_raw_csv(stdout), target.pattern)
 
 
 def profile(ncu: str, target: Target, timeout_s: float = 300.0) -> KernelCounters:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tuner.counters import display_order, kernel_label, stalls_of
 from tuner.profile._run import verdict_lines
-from tuner.profile._verdict import display_order, kernel_label, stalls_of
 from tuner.store import Profile
 
 HEADER = ("kernel", "µs (ncu)", "tensor pipe %", "SM %", "warps active %", "DRAM %", "DRAM MB read / written",

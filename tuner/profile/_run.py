@@ -7,13 +7,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tuner.counters import KIND_LABELS, display_order, verdict
 from tuner.profile._metrics import KernelCounters, ProfileError
 from tuner.profile._ncu import CountersNotPermitted, Target, find_ncu, ncu_version, profile
-from tuner.profile._verdict import KIND_LABELS, display_order, verdict
-from tuner.space import Config
-from tuner.status import Status
 from tuner.store import Profile, Store
 from tuner.study import Study
+from tuner.winners import ranked, verdicts_of
 
 SDPA_KINDS = ("sdpa_flash", "sdpa_cudnn")
 
@@ -29,14 +28,10 @@ class ProfileContext:
 
 
 def best_configs(db: Store, ctx: ProfileContext, shape_label: str, top: int) -> list[str]:
-    """The shape's ``top`` configs: its re-timed finalists in rank order where there are
-    any, else its timed configs by GPU time."""
-    finalists = [f.config for f in db.finalists(ctx.study.name, ctx.target, ctx.gpu_label) if f.shape == shape_label]
-    if finalists:
-        return finalists[:top]
-    timed = [r for r in db.results(ctx.study.name, ctx.target, ctx.gpu_label)
-             if r.shape == shape_label and r.status == Status.TIMED and r.ms]
-    return [r.config for r in sorted(timed, key=lambda r: r.ms)[:top]]
+    """The shape's ``top`` configs (:func:`tuner.winners.ranked`): its re-timed finalists by their
+    verdict where there are any, else its timed configs by GPU time."""
+    verdict = verdicts_of(db, ctx.study.name, ctx.target, ctx.gpu_label).get(shape_label)
+    return ranked(db.results(ctx.study.name, ctx.target, ctx.gpu_label), shape_label, verdict, top)
 
 
 def select_targets(db: Store, ctx: ProfileContext, top: int, shapes: list[str] | None = None) -> list[Target]:
@@ -51,9 +46,11 @@ def select_targets(db: Store, ctx: ProfileContext, top: int, shapes: list[str] |
         if shapes and shape.label not in shapes:
             continue
         keys = best_configs(db, ctx, shape.label, top)
-        targets += [Target("ours", shape, Config.parse(key), rank) for rank, key in enumerate(keys, start=1)]
+        kernel = dict(kernel=ctx.study.kernel_name, pass_=ctx.study.pass_)
+        targets += [Target("ours", shape, ctx.study.kernel.config_type.parse(key), rank, **kernel)
+                    for rank, key in enumerate(keys, start=1)]
         if keys:
-            targets += [Target(kind, shape) for kind in SDPA_KINDS]
+            targets += [Target(kind, shape, **kernel) for kind in SDPA_KINDS]
     if not targets:
         raise ProfileError(f"{ctx.study.name} has no timed config for target {ctx.target} on {ctx.gpu_label}; "
                            f"run python -m tuner.sweep --study {ctx.study.name} --gpu {ctx.target} on this GPU first")
@@ -63,6 +60,7 @@ def select_targets(db: Store, ctx: ProfileContext, top: int, shapes: list[str] |
 def profile_row(ctx: ProfileContext, target: Target, counters: KernelCounters | None, reason: str = "") -> Profile:
     """The whole row of one target: every counter, or none and the reason."""
     row = Profile(study=ctx.study.name, target=ctx.target, gpu=ctx.gpu_label, shape=target.shape.label,
+                  kernel=target.kernel, pass_=target.pass_,
                   kind=target.kind, config=target.config.key if target.config else "", rank=target.rank,
                   status="ok" if counters else "failed", reason=reason, ncu_version=ctx.versions.get("ncu"),
                   torch_version=ctx.versions.get("torch"), triton_version=ctx.versions.get("triton"),

@@ -18,8 +18,31 @@ faster than SDPA. Readers open a store with ``create=False``: a mistyped path is
 error, never a new empty database.
 """
 
-from tuner.store._store import DEFAULT_OUT, DEFAULT_URL, Store, StoreError, mentions, retrying
-from tuner.store._tables import TABLES, Base, Baseline, Finalist, Profile, Result, Run, StudyRecord, now
+from tuner.store._store import (
+    DEFAULT_OUT,
+    DEFAULT_URL,
+    SQLITE_LOCK_TIMEOUT_S,
+    Store,
+    StoreError,
+    engine_options,
+    in_memory,
+    mentions,
+    parse_url,
+    retrying,
+)
+from tuner.store._tables import (
+    CONFIG_KEY_LENGTH,
+    TABLES,
+    Base,
+    Baseline,
+    Finalist,
+    Profile,
+    Result,
+    Run,
+    StudyRecord,
+    now,
+)
 
-__all__ = ["DEFAULT_OUT", "DEFAULT_URL", "TABLES", "Base", "Baseline", "Finalist", "Profile", "Result", "Run",
-           "Store", "StoreError", "StudyRecord", "mentions", "now", "retrying"]
+__all__ = ["CONFIG_KEY_LENGTH", "DEFAULT_OUT", "DEFAULT_URL", "SQLITE_LOCK_TIMEOUT_S", "TABLES", "Base", "Baseline",
+           "Finalist", "Profile", "Result", "Run", "Store", "StoreError", "StudyRecord", "engine_options", "in_memory",
+           "mentions", "now", "parse_url", "retrying"]

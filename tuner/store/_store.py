@@ -10,40 +10,78 @@ from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy import create_engine, delete, event, inspect, select
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
-from tuner.store._tables import TABLES, Base, Finalist, Profile, Result, Run, StudyRecord, now
+from tuner.store._tables import CONFIG_KEY_LENGTH, TABLES, Base, Finalist, Profile, Result, Run, StudyRecord, now
 
 T = TypeVar("T")
 DEFAULT_OUT = "fa2-out"
 DEFAULT_URL = f"sqlite:///{DEFAULT_OUT}/tuning.db"
+# SQLite writers (ours, Optuna's, other sweeps') wait this long for each other's lock rather than fail.
+SQLITE_LOCK_TIMEOUT_S = 60
 
 
 class StoreError(RuntimeError):
     """The database cannot be used as a store; the message says why and what to do."""
 
 
+def parse_url(url: str) -> URL:
+    """A database URL, parsed once, whose driver SQLAlchemy can load.
+
+    Raises:
+        StoreError: not a URL, or no driver for it; the message gives an example of one.
+    """
+    try:
+        parsed = make_url(url)
+        parsed.get_backend_name()
+    except Exception as exc:
+        raise StoreError(f"{url!r} is not a database URL ({type(exc).__name__}); e.g. {DEFAULT_URL}") from None
+    try:
+        parsed.get_dialect()
+    except Exception as exc:
+        raise StoreError(f"{url!r}: SQLAlchemy cannot load a driver for {parsed.drivername!r} "
+                         f"({type(exc).__name__}); e.g. {DEFAULT_URL} or postgresql+psycopg://host/db "
+                         f"with psycopg installed") from None
+    return parsed
+
+
+def in_memory(parsed: URL) -> bool:
+    """An SQLite database that lives in memory: everything in it is lost when the process ends."""
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
+def engine_options(url: str | URL) -> dict:
+    """``create_engine`` keywords for a URL, for our engine and Optuna's alike (SQLite's lock timeout)."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    return {"connect_args": {"timeout": SQLITE_LOCK_TIMEOUT_S}} if parsed.get_backend_name() == "sqlite" else {}
+
+
 def _add_missing_columns(connection) -> None:
     """Bring a database made by an older fa2-tuner up to date: columns added since are
-    nullable, so ``ALTER TABLE ... ADD COLUMN`` keeps every stored row. (Tables added
-    since are made by ``create_all``, which runs first.)"""
+    nullable, so ``ALTER TABLE ... ADD COLUMN`` keeps every stored row; config keys that
+    were ``VARCHAR(32)`` are widened where the database enforces lengths (PostgreSQL;
+    SQLite does not). (Tables added since are made by ``create_all``, which runs first.)"""
     inspector = inspect(connection)
     for table in Base.metadata.sorted_tables:
-        present = {column["name"] for column in inspector.get_columns(table.name)}
+        present = {column["name"]: column for column in inspector.get_columns(table.name)}
         for column in table.columns:
             if column.name not in present and column.nullable:
                 kind = column.type.compile(dialect=connection.dialect)
                 connection.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
+        stored = present.get("config")
+        length = getattr(stored["type"], "length", None) if stored else None
+        if connection.dialect.name == "postgresql" and length is not None and length < CONFIG_KEY_LENGTH:
+            connection.exec_driver_sql(f"ALTER TABLE {table.name} ALTER COLUMN config TYPE "
+                                       f"VARCHAR({CONFIG_KEY_LENGTH})")
 
 
-@event.listens_for(Engine, "connect")
 def _sqlite_commits_without_fsync(dbapi_connection, _record) -> None:
-    """Every SQLite connection of the process (ours and Optuna's): in WAL mode, NORMAL
-    synchronisation makes a commit durable against a crash or ``kill -9`` of the process,
-    not against the machine losing power, and saves an fsync per commit. A sweep makes
-    about ten commits per trial."""
+    """Each connection of a store's own engine, on SQLite: in WAL mode, NORMAL synchronisation
+    makes a commit durable against a crash or ``kill -9`` of the process, not against the
+    machine losing power, and saves an fsync per commit. A sweep makes about ten commits per
+    trial. (Listened for on our engine only: Optuna's engine keeps its own settings.)"""
     if isinstance(dbapi_connection, sqlite3.Connection):
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA synchronous=NORMAL")
@@ -115,49 +153,38 @@ class Store:
 
     def __init__(self, url: str = DEFAULT_URL, create: bool = True):
         self.url = url
+        parsed = parse_url(url)
+        file = parsed.database if parsed.get_backend_name() == "sqlite" and not in_memory(parsed) else None
+        if file and not create and not Path(file).is_file():
+            raise StoreError(f"{url}: no such database file {file!r}")
+        if file and create:
+            try:
+                Path(file).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"{url}: cannot make the folder for {file!r}: {exc.strerror or exc}") from None
         try:
-            parsed = make_url(url)
-            backend = parsed.get_backend_name()
-        except Exception as exc:
-            raise StoreError(f"{url!r} is not a database URL ({type(exc).__name__}); "
-                             f"e.g. {DEFAULT_URL}") from None
-        try:
-            parsed.get_dialect()
-        except Exception as exc:
-            raise StoreError(f"{url!r}: SQLAlchemy cannot load a driver for {parsed.drivername!r} "
-                             f"({type(exc).__name__}); e.g. {DEFAULT_URL} or postgresql+psycopg://host/db "
-                             f"with psycopg installed") from None
-        file = parsed.database if backend == "sqlite" and parsed.database not in (None, "", ":memory:") else None
-        connect_args = {}
-        if backend == "sqlite":
-            if file and not create and not Path(file).is_file():
-                raise StoreError(f"{url}: no such database file {file!r}")
-            if file and create:
-                try:
-                    Path(file).parent.mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    raise StoreError(f"{url}: cannot make the folder for {file!r}: {exc.strerror or exc}") from None
-            # Optuna's engine writes the same file; wait for its lock rather than fail.
-            connect_args = {"timeout": 60}
-        try:
-            self.engine = create_engine(url, connect_args=connect_args)
+            self.engine = create_engine(url, **engine_options(parsed))
+            event.listen(self.engine, "connect", _sqlite_commits_without_fsync)
             if file and create:
                 with self.engine.connect() as connection:
                     # Write-ahead logging: a commit survives kill -9 and costs one sync, not several.
                     connection.exec_driver_sql("PRAGMA journal_mode=WAL")
-            if create:
-                _create_tables(self.engine)
-            else:
-                present = set(inspect(self.engine).get_table_names())
-                if not set(TABLES) <= present:
-                    raise StoreError(f"{url}: not an fa2-tuner store (no {', '.join(TABLES)} tables); "
-                                     f"run python -m tuner.sweep with --storage {url} first")
-                _create_tables(self.engine)   # tables added since (fa2_profiles ...), and their columns
+            self._open(url, create)
         except StoreError:
             raise
         except Exception as exc:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise StoreError(f"{url}: cannot open: {type(exc).__name__}: {detail[:300]}") from None
+
+    def _open(self, url: str, create: bool) -> None:
+        """Make the tables (a writer), or check they are there (a reader); either way add what
+        an older fa2-tuner's store lacks (tables, nullable columns, wider keys)."""
+        if not create:
+            present = set(inspect(self.engine).get_table_names())
+            if not set(TABLES) <= present:
+                raise StoreError(f"{url}: not an fa2-tuner store (no {', '.join(TABLES)} tables); "
+                                 f"run python -m tuner.sweep with --storage {url} first")
+        _create_tables(self.engine)
 
     @contextmanager
     def session(self) -> Iterator[Session]:

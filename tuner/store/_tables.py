@@ -9,6 +9,7 @@ from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Te
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 TABLES = ("fa2_runs", "fa2_results")     # a store has these; Optuna's tables alone are not one
+CONFIG_KEY_LENGTH = 128                  # config keys: a kernel with many knobs writes long ones
 
 
 def now() -> dt.datetime:
@@ -41,6 +42,8 @@ class Run(Base):
     gpu: Mapped[str] = mapped_column(String(128))              # the device used, or "none"
     sampler: Mapped[str] = mapped_column(String(16))
     command: Mapped[str] = mapped_column(Text)
+    kernel: Mapped[str | None] = mapped_column(String(128))     # the study's kernel and pass (NULL: the Triton forward)
+    pass_: Mapped[str | None] = mapped_column(String(16))
     torch_version: Mapped[str] = mapped_column(String(64))
     triton_version: Mapped[str] = mapped_column(String(64))
     driver: Mapped[str] = mapped_column(String(64))
@@ -94,7 +97,12 @@ class Result(Base):
     dtype: Mapped[str] = mapped_column(String(8))
     causal: Mapped[bool] = mapped_column(Boolean)
     # the config
-    config: Mapped[str] = mapped_column(String(32))
+    config: Mapped[str] = mapped_column(String(CONFIG_KEY_LENGTH))
+    # the kernel and its pass (tuner.kernels; NULL in rows stored before kernels had names: the Triton forward)
+    kernel: Mapped[str | None] = mapped_column(String(128))
+    pass_: Mapped[str | None] = mapped_column(String(16))
+    # every field of the config, JSON (NULL in older rows: parse the key); the fields below have columns too
+    params: Mapped[str | None] = mapped_column(Text)
     block_m: Mapped[int] = mapped_column(Integer)
     block_n: Mapped[int] = mapped_column(Integer)
     num_warps: Mapped[int] = mapped_column(Integer)
@@ -123,6 +131,8 @@ class Result(Base):
     lse_bound: Mapped[float | None] = mapped_column(Float)
     ragged_err_out: Mapped[float | None] = mapped_column(Float)    # the worst of the gate shapes
     ragged_err_lse: Mapped[float | None] = mapped_column(Float)
+    # every named error of the kernel's gate, JSON {name: {error, bound, gate}} (the columns above are the forward's)
+    errors: Mapped[str | None] = mapped_column(Text)
     # timing, with SDPA measured in the same run: GPU time, and the host time of a call
     ms: Mapped[float | None] = mapped_column(Float)
     host_us: Mapped[float | None] = mapped_column(Float)
@@ -155,7 +165,7 @@ class Finalist(Base):
     target: Mapped[str] = mapped_column(String(16))
     gpu: Mapped[str] = mapped_column(String(128))
     shape: Mapped[str] = mapped_column(String(96))
-    config: Mapped[str] = mapped_column(String(32))
+    config: Mapped[str] = mapped_column(String(CONFIG_KEY_LENGTH))
     rank: Mapped[int] = mapped_column(Integer)                  # 1: the winner (best median)
     rounds: Mapped[int] = mapped_column(Integer)
     median_ms: Mapped[float] = mapped_column(Float)
@@ -188,7 +198,9 @@ class Profile(Base):
     gpu: Mapped[str] = mapped_column(String(128))
     shape: Mapped[str] = mapped_column(String(96))
     kind: Mapped[str] = mapped_column(String(16))               # ours, sdpa_flash or sdpa_cudnn
-    config: Mapped[str] = mapped_column(String(32), default="")
+    kernel: Mapped[str | None] = mapped_column(String(128))     # the study's kernel and pass (NULL: the Triton forward)
+    pass_: Mapped[str | None] = mapped_column(String(16))
+    config: Mapped[str] = mapped_column(String(CONFIG_KEY_LENGTH), default="")
     rank: Mapped[int | None] = mapped_column(Integer)           # the config's place among the shape's best
     status: Mapped[str] = mapped_column(String(16))             # ok or failed
     reason: Mapped[str] = mapped_column(Text, default="")

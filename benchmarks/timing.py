@@ -1,15 +1,15 @@
-"""``python -m tuner.bench_timing``: the bars of the timing work, measured on a GPU.
+"""``python -m benchmarks.timing``: the bars of the timing work, measured on a GPU.
 
-    python -m tuner.bench_timing host [--markdown PATH]
-    python -m tuner.bench_timing grids --storage URL --storage URL [--study article] [--gpu sm_90]
-    python -m tuner.bench_timing tpe --storage TPE_URL --grid GRID_URL [--study article] [--target sm_89]
+    python -m benchmarks.timing host [--markdown PATH]
+    python -m benchmarks.timing grids --storage URL --storage URL [--study article] [--gpu sm_90]
+    python -m benchmarks.timing tpe --storage TPE_URL --grid GRID_URL [--study article] [--target sm_89]
 
 ``host``: host µs per call at B4 H8 N512 D64 bf16, as the rate of back-to-back calls
 enqueued before one sync, for ``flash_attn_fwd``, the autotuned entry point, the
 compiled kernel's own runner (the floor) and SDPA's flash and cuDNN backends.
 
 ``grids``: two independent sweeps of one study; for every shape, the two stores'
-winners re-timed together in rotating rounds, and how far apart they are.
+winners (:mod:`tuner.winners`) re-timed together in rotating rounds, and how far apart they are.
 
 ``tpe``: a TPE search against a grid of the same study: for every shape, TPE's best
 and the grid's best among the configs that fit TPE's target, re-timed together; and
@@ -23,7 +23,7 @@ import math
 import sys
 from pathlib import Path
 
-from tuner.cli import usage_error
+from tuner.formatting import usage_error
 
 ROUNDS = 5
 
@@ -44,17 +44,16 @@ def host(markdown: Path | None, rounds: int = 7) -> int:
 
     from kernel import flash_attn_fwd
     from kernel.autotuned import flash_attn_fwd_autotuned
-    from kernel.flash_fwd import _flash_fwd_kernel, plan_for
-    from kernel.timing import environment, environment_line, host_us, sdpa_call, warm_gpu
-    from tuner.finalists import round_orders
+    from kernel.flash_fwd import JIT_KERNEL, plan_for
+    from kernel.timing import environment, environment_line, host_us, interleaved_rounds, sdpa_call, warm_gpu
 
     q, k, v = (torch.randn(4, 8, 512, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     config = dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
     warm_gpu()
-    plan = plan_for(_flash_fwd_kernel, tuple(config.values()), q, k, v)
+    plan = plan_for(JIT_KERNEL, tuple(config.values()), q, k, v)
     out, lse = plan(q, k, v)
     runner = plan.compiled[plan.grid + (1,)]
-    args = (q, k, v, out, lse, *plan._scalars)
+    args = (q, k, v, out, lse, *plan.scalars)
 
     def pinned(backend):
         def call():
@@ -69,11 +68,9 @@ def host(markdown: Path | None, rounds: int = 7) -> int:
              "SDPA, default backend (flash here)": sdpa_call(q, k, v, False),
              "SDPA-cuDNN, backend pinned inside the call": pinned(SDPBackend.CUDNN_ATTENTION),
              "an empty torch op (q.add_(0))": lambda: q.add_(0)}
-    samples: dict[str, list[float]] = {name: [] for name in paths}
-    for order in round_orders(list(paths), rounds):
-        for name in order:
-            samples[name].append(host_us(paths[name], 500, 1))
-    lines = [environment_line(environment()), "Command: python -m tuner.bench_timing host", "",
+    samples = interleaved_rounds({name: [call] for name, call in paths.items()}, rounds,
+                                 measure=lambda calls: host_us(calls[0], 500, 1))
+    lines = [environment_line(environment()), "Command: python -m benchmarks.timing host", "",
              f"Host µs per call at B4 H8 N512 D64 bf16: 500 calls enqueued back to back, timed before one sync; "
              f"{rounds} rounds, the paths in rotating order.", "",
              "| launch path | median µs | best round µs | every round |", "|---|---|---|---|"]
@@ -85,31 +82,24 @@ def host(markdown: Path | None, rounds: int = 7) -> int:
 
 def retime(shape, keys: list[str], rounds: int = ROUNDS, protocol: tuple[float, float] | None = None,
            sets: list | None = None) -> dict[str, list[float]]:
-    """Configs timed together on one shape in this process, in rounds whose order rotates, each
-    measurement with ``protocol`` = (rep_ms, settle_ms), by default the finalists' own."""
-    from kernel.bench import make_sets, set_calls
-    from kernel.timing import RETIME, gpu_time
-    from tuner.finalists import round_orders
-    from tuner.space import Config
+    """Configs timed together on one shape in this process (:func:`kernel.timing.interleaved_rounds`),
+    each measurement with ``protocol`` = (rep_ms, settle_ms), by default the finalists' own."""
+    from benchmarks.vs_sdpa import make_sets, set_calls
+    from kernel.timing import RETIME, interleaved_rounds
+    from tuner.kernels.triton_fwd import FwdConfig
 
     rep_ms, settle_ms = protocol or RETIME
-    sets = sets or make_sets(shape.batch, shape.heads, shape.n_q, shape.head_dim, shape.torch_dtype)
-    times: dict[str, list[float]] = {key: [] for key in dict.fromkeys(keys)}
-    for order in round_orders(list(times), rounds):
-        for key in order:
-            calls = set_calls(sets, shape.causal, Config.parse(key).as_kwargs())
-            times[key].append(gpu_time(calls, rep_ms, settle_ms=settle_ms).ms)
-    return times
+    sets = sets or make_sets(shape)
+    candidates = {key: set_calls(sets, shape, FwdConfig.parse(key)) for key in dict.fromkeys(keys)}
+    return interleaved_rounds(candidates, rounds, rep_ms, settle_ms)
 
 
 def _winner(db, study: str, target: str, shape: str) -> str:
-    finalists = [f for f in db.finalists(study, target) if f.shape == shape and f.rank == 1]
-    if finalists:
-        return finalists[0].config
-    from tuner.status import Status
+    """The shape's winner in a store (:mod:`tuner.winners`: its GPU's finalists, else its fastest row)."""
+    from tuner.winners import measured_on, verdicts_of, winner
 
-    rows = [r for r in db.results(study, target) if r.shape == shape and r.status == Status.TIMED]
-    return min(rows, key=lambda r: r.ms).config
+    gpu, rows = measured_on(db.results(study, target))
+    return winner(rows, shape, verdicts_of(db, study, target, gpu).get(shape))
 
 
 def grids(urls: list[str], study_name: str, target: str, markdown: Path | None) -> int:
@@ -122,7 +112,7 @@ def grids(urls: list[str], study_name: str, target: str, markdown: Path | None) 
     first, second = (Store(url, create=False) for url in urls)
     warm_gpu()
     lines = [environment_line(environment()),
-             f"Command: python -m tuner.bench_timing grids --study {study_name} --gpu {target} (two stores)", "",
+             f"Command: python -m benchmarks.timing grids --study {study_name} --gpu {target} (two stores)", "",
              f"Each shape's winner in each of two independent grid sweeps, re-timed together: {ROUNDS} rounds, order "
              "rotating, median GPU time by CUDA-graph replay.", "",
              "| shape | winner, run 1 | winner, run 2 | run 1 ms | run 2 ms | apart | noise |",
@@ -146,37 +136,35 @@ def tpe(tpe_url: str, grid_url: str, study_name: str, target_name: str, grid_tar
     from kernel.timing import environment, environment_line, warm_gpu
     from tuner import budget, records
     from tuner.gpus import GpuSpec
-    from tuner.status import Status
     from tuner.store import Store
     from tuner.study import load
+    from tuner.winners import winner
 
     study = load(study_name)
     target = GpuSpec.from_name(target_name)
     tpe_rows = [r for r in Store(tpe_url, create=False).results(study.name, target.name) if r.gpu != "none"]
 
     def fits(row) -> bool:      # the grid's configs that TPE's target could have picked
-        shape = next(s for s in study.shapes if s.label == row.shape)
-        return budget.verdict(budget_config(row), shape, target, None).launchable and study.allowed(
-            budget_config(row), shape.head_dim)
+        shape, config = next(s for s in study.shapes if s.label == row.shape), stored_config(row, study)
+        return budget.verdict(config, shape, target, None).launchable and study.allowed(config, shape.head_dim)
 
     grid_rows = [r for r in Store(grid_url, create=False).results(study.name, grid_target) if fits(r)]
     warm_gpu()
     lines = [environment_line(environment()),
-             f"Command: python -m tuner.bench_timing tpe --study {study_name} --target {target_name}", "",
+             f"Command: python -m benchmarks.timing tpe --study {study_name} --target {target_name}", "",
              f"TPE ({len({r.config for r in tpe_rows})} configs tried, target {target.name}) against the grid's "
              f"{len({r.config for r in grid_rows})} configs that fit {target.name} (the budget model): each shape's "
              f"two bests re-timed together, {ROUNDS} rotating rounds.", "",
              "| shape | TPE's best | grid's best | TPE / grid time |", "|---|---|---|---|"]
     worst = 0.0
     for shape in study.shapes:
-        best = {name: min((r for r in rows if r.shape == shape.label and r.status == Status.TIMED),
-                          key=lambda r: r.ms).config for name, rows in (("tpe", tpe_rows), ("grid", grid_rows))}
+        # each search's own fastest (the grid's finalists may not fit TPE's target: no verdicts here)
+        best = {name: winner(rows, shape.label) for name, rows in (("tpe", tpe_rows), ("grid", grid_rows))}
         times = retime(shape, list(best.values()))
         ratio = _median(times[best["tpe"]]) / _median(times[best["grid"]])
         worst = max(worst, ratio - 1)
         lines.append(f"| {shape.label} | {best['tpe']} | {best['grid']} | {ratio:.3f} |")
-    overall = {name: max(records.scores(rows).items(), key=lambda item: item[1])[0]
-               for name, rows in (("tpe", tpe_rows), ("grid", grid_rows))}
+    overall = {name: records.best_across_shapes(rows) for name, rows in (("tpe", tpe_rows), ("grid", grid_rows))}
     ratios = [_median(t[overall["tpe"]]) / _median(t[overall["grid"]])
               for t in (retime(shape, list(overall.values())) for shape in study.shapes)]
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
@@ -187,10 +175,9 @@ def tpe(tpe_url: str, grid_url: str, study_name: str, target_name: str, grid_tar
     return 0 if worst <= 0.03 and geo <= 1.03 else 1
 
 
-def budget_config(row):
-    from tuner.space import Config
-
-    return Config.parse(row.config)
+def stored_config(row, study):
+    """The config a stored row holds, as the study's kernel reads its key."""
+    return study.kernel.config_type.parse(row.config)
 
 
 def _median(values: list[float]) -> float:
@@ -200,7 +187,7 @@ def _median(values: list[float]) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tuner.bench_timing", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.timing", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_host = sub.add_parser("host", help="host µs per call at N=512, ours and SDPA's")

@@ -1,10 +1,11 @@
 """Benchmark: the kernel against PyTorch SDPA's flash and cuDNN backends, same run.
 
-    python -m kernel.bench                     # the article's table plus D=128 and long N
-    python -m kernel.bench --n 4096 --head-dim 64 --markdown docs/results/x.md
+    python -m benchmarks.vs_sdpa               # the article's table plus D=128 and long N
+    python -m benchmarks.vs_sdpa --n 4096 --head-dim 64 --markdown docs/results/x.md
 
 GPU times come from CUDA-graph replays over input sets that do not fit in L2
-(:mod:`kernel.timing`); "host µs" is the time a call takes on the CPU, measured as the
+(:mod:`kernel.timing`), the calls are the tuner's own (:mod:`tuner.kernels.triton_fwd`);
+"host µs" is the time a call takes on the CPU, measured as the
 rate at which back-to-back calls are enqueued. Speed is reported as a ratio to SDPA
 measured in the same process on the same inputs: absolute times drift between runs
 and machines, ratios much less.
@@ -18,43 +19,39 @@ import sys
 
 import torch
 
+from kernel.checks import DTYPES as DTYPE_NAMES
 from kernel.timing import (
     SDPA_BACKENDS,
-    attention_flops,
     environment,
     environment_line,
     gpu_time,
     host_us,
     input_sets,
-    time_sdpa,
+    time_backends,
     warm_gpu,
 )
+from tuner.kernels.triton_fwd import KERNEL, FwdConfig
+from tuner.problem import Problem
 
 # Hand-picked candidates for --pick: large tiles, the warp counts wgmma likes.
 CANDIDATES = [dict(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
               for bm in (64, 128) for bn in (64, 128) for w in (4, 8) for s in (2, 3)]
 
 
-def make_sets(batch, heads, n, head_dim, dtype) -> list[tuple]:
-    """Random (q, k, v, out, lse) sets, as many as keep the timed loop out of L2."""
-    element = torch.finfo(dtype).bits // 8
-    per_set = 4 * batch * heads * n * head_dim * element
-    sets = []
-    for _ in range(input_sets(per_set)):
-        q, k, v = (torch.randn(batch, heads, n, head_dim, device="cuda", dtype=dtype) for _ in range(3))
-        sets.append((q, k, v, torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)))
-    return sets
+def make_sets(problem: Problem) -> list[dict]:
+    """Random tensors of the forward (q, k, v, out, lse), as many sets as keep the timed loop out of L2."""
+    per_set = 4 * problem.batch * problem.heads * problem.n_q * problem.head_dim * torch.finfo(
+        problem.torch_dtype).bits // 8
+    return [KERNEL.inputs(problem, "cuda") for _ in range(input_sets(per_set))]
 
 
-def set_calls(sets, causal: bool, config: dict) -> list:
-    """One call of the kernel per (q, k, v, out, lse) set of :func:`make_sets`, for the timers."""
-    from kernel import flash_attn_fwd
-
-    return [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], causal, **config, out=s[3], lse=s[4]) for s in sets]
+def set_calls(sets: list[dict], problem: Problem, config: FwdConfig) -> list:
+    """One call of the kernel per set of :func:`make_sets`, for the timers (the sweep's own launch)."""
+    return [KERNEL.call(config, tensors, problem) for tensors in sets]
 
 
-def _time_config(sets, causal, config) -> tuple[float, str]:
-    timing = gpu_time(set_calls(sets, causal, config))
+def _time_config(sets, problem: Problem, config: dict) -> tuple[float, str]:
+    timing = gpu_time(set_calls(sets, problem, FwdConfig(**config)))
     return timing.ms, timing.method
 
 
@@ -63,22 +60,22 @@ def bench_case(batch, heads, n, head_dim, causal, dtype=torch.bfloat16, config=N
 
     With ``pick``, every config in CANDIDATES is timed and the fastest is reported.
     """
-    from kernel import default_config, flash_attn_fwd
+    from kernel import default_config
 
-    sets = make_sets(batch, heads, n, head_dim, dtype)
+    problem = Problem(batch, heads, n, n, head_dim, DTYPE_NAMES[dtype], causal)
+    sets = make_sets(problem)
     tried = {}
     for candidate in (CANDIDATES if pick else [config or default_config(head_dim, causal)]):
         try:
-            tried[tuple(candidate.items())] = _time_config(sets, causal, candidate)
+            tried[tuple(candidate.items())] = _time_config(sets, problem, candidate)
         except Exception as exc:  # out of resources on this GPU: not a candidate here
             print(f"  skip {candidate}: {type(exc).__name__}", file=sys.stderr)
     best = min(tried, key=lambda c: tried[c][0])
     config = dict(best)             # tiles, launch options and any knobs, as timed
     ours, method = tried[best]
-    q, k, v = sets[0][:3]
-    ours_host = host_us(lambda: flash_attn_fwd(q, k, v, causal, **config))      # the user's call: allocates
-    sdpa = time_sdpa([s[:3] for s in sets], causal)
-    flops = attention_flops(batch, heads, n, n, head_dim, causal)
+    ours_host = host_us(KERNEL.call(FwdConfig(**config), sets[0], problem, allocate=True))   # the user's call
+    sdpa = time_backends(KERNEL.baselines(sets, problem))
+    flops = KERNEL.flops(problem)
     row = dict(B=batch, H=heads, N=n, D=head_dim, causal=causal, dtype=str(dtype).replace("torch.", ""),
                config=config, ours_ms=ours, ours_tflops=flops / ours * 1e-9, ours_host_us=ours_host,
                timer=method, input_sets=len(sets), candidates_timed=len(tried))
@@ -132,9 +129,9 @@ def table(rows: list[dict], env: dict[str, str]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kernel.bench",
+        prog="python -m benchmarks.vs_sdpa",
         description="Time the FA2 kernel against SDPA (flash and cuDNN backends) in one run, bf16, B=4, H=8.",
-        epilog="examples:\n  python -m kernel.bench\n  python -m kernel.bench --head-dim 64 --n 4096 "
+        epilog="examples:\n  python -m benchmarks.vs_sdpa\n  python -m benchmarks.vs_sdpa --head-dim 64 --n 4096 "
                "--config 128,64,8,3 --json out.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head-dim", type=int, action="append", help="only these head dims (repeatable)")
@@ -154,7 +151,7 @@ def main(argv=None) -> int:
             print(f"{parser.prog}: error: --config {args.config!r} must be BM,BN,WARPS,STAGES", file=sys.stderr)
             return 2
         config = dict(block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
-    from kernel.flash_fwd import HEAD_DIMS
+    from kernel.checks import HEAD_DIMS
 
     bad = [f"--head-dim {d} is not one of {HEAD_DIMS}" for d in args.head_dim or [] if d not in HEAD_DIMS]
     bad += [f"--n {n} must be a positive length" for n in args.n or [] if n < 1]
@@ -163,7 +160,7 @@ def main(argv=None) -> int:
         print(f"{parser.prog}: error: {bad[0]}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
-        print("python -m kernel.bench needs a CUDA GPU: it times the kernel against SDPA. "
+        print("python -m benchmarks.vs_sdpa needs a CUDA GPU: it times the kernel against SDPA. "
               "Without one, run the tests (README) or `python -m tuner.budget --gpu sm_89`.", file=sys.stderr)
         return 1
     cases = [(d, n, c) for d, n, c in DEFAULT_CASES

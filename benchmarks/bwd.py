@@ -1,7 +1,7 @@
 """Benchmark: the backward against SDPA's (flash and cuDNN backends), in the same run.
 
-    python -m kernel.bench_bwd                              # the default config, B4 H8 N4096, D 64 and 128
-    python -m kernel.bench_bwd --explore --jobs 14 --json out.json --markdown out.md
+    python -m benchmarks.bwd                              # the default config, B4 H8 N4096, D 64 and 128
+    python -m benchmarks.bwd --explore --jobs 14 --json out.json --markdown out.md
 
 Ours is :func:`kernel.flash_attn_bwd` (delta, the dK/dV kernel and dQ, from the forward's
 ``out`` and ``lse``); SDPA's is ``torch.autograd.grad`` of SDPA's forward, kept for the
@@ -298,9 +298,9 @@ def knob_effects(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kernel.bench_bwd", description=__doc__.split("\n\n")[0],
-        epilog="examples:\n  python -m kernel.bench_bwd\n"
-               "  python -m kernel.bench_bwd --explore --jobs 14 --json x.json",
+        prog="python -m benchmarks.bwd", description=__doc__.split("\n\n")[0],
+        epilog="examples:\n  python -m benchmarks.bwd\n"
+               "  python -m benchmarks.bwd --explore --jobs 14 --json x.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head-dim", type=int, action="append", help="64 and 128 by default (repeatable)")
     parser.add_argument("--n", type=int, default=4096, help="sequence length (default 4096)")
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("python -m kernel.bench_bwd needs a CUDA GPU: it times the backward against SDPA's.", file=sys.stderr)
+        print("python -m benchmarks.bwd needs a CUDA GPU: it times the backward against SDPA's.", file=sys.stderr)
         return 2
     from kernel import default_bwd_config
     from kernel.timing import environment, warm_gpu

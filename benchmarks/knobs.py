@@ -1,7 +1,7 @@
 """Benchmark: what each Hopper knob of the kernel buys, shape by shape, next to SDPA.
 
-    python -m kernel.bench_knobs                          # the issue's four N=4096 shapes
-    python -m kernel.bench_knobs --head-dim 128 --json knobs.json --markdown knobs.md
+    python -m benchmarks.knobs                          # the issue's four N=4096 shapes
+    python -m benchmarks.knobs --head-dim 128 --json knobs.json --markdown knobs.md
 
 For each shape (bf16, B=4, H=8): every tile config of TILES is timed with the knobs
 off; the two fastest then get every knob variant of VARIANTS, one knob at a time and
@@ -22,16 +22,10 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from kernel.bench import make_sets, set_calls
-from kernel.timing import (
-    RETIME,
-    attention_flops,
-    environment,
-    environment_line,
-    gpu_time,
-    time_sdpa,
-    warm_gpu,
-)
+from benchmarks.vs_sdpa import make_sets, set_calls
+from kernel.timing import RETIME, environment, environment_line, gpu_time, interleaved_rounds, runs, warm_gpu
+from tuner.kernels.triton_fwd import KERNEL, FwdConfig
+from tuner.problem import Problem
 
 TILES = {64: [(128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3), (128, 64, 4, 3)],
          128: [(128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 2), (128, 64, 4, 3)]}
@@ -45,18 +39,16 @@ VARIANTS = {
 SHAPES = [(64, False), (64, True), (128, False), (128, True)]
 
 
-def _config(tile, knobs: dict) -> dict:
-    return dict(block_m=tile[0], block_n=tile[1], num_warps=tile[2], num_stages=tile[3], **knobs)
+def _config(tile, knobs: dict) -> FwdConfig:
+    return FwdConfig(block_m=tile[0], block_n=tile[1], num_warps=tile[2], num_stages=tile[3], **knobs)
 
 
-def _check(sets, causal, config, reference) -> str | None:
+def _check(sets, problem: Problem, config: FwdConfig, reference) -> str | None:
     """None when the variant's output matches the fp32 reference; else why not."""
-    from kernel import flash_attn_fwd
-
-    q, k, v, out, lse = sets[0]
+    out = sets[0]["out"]
     out.fill_(float("nan"))
     try:
-        flash_attn_fwd(q, k, v, causal, **config, out=out, lse=lse)
+        KERNEL.call(config, sets[0], problem)()
         torch.cuda.synchronize()
     except Exception as exc:  # a config the compiler or the launch rejects is a result
         lines = str(exc).strip().splitlines()
@@ -65,22 +57,31 @@ def _check(sets, causal, config, reference) -> str | None:
     return None if err < 2e-2 else f"wrong: relative error {err:.3g}"
 
 
-def _time(sets, causal, config, rep_ms=40.0, settle_ms=0.0) -> float:
-    return gpu_time(set_calls(sets, causal, config), rep_ms=rep_ms, settle_ms=settle_ms).ms
+def _final_rounds(sets, problem: Problem, best: list[dict], rounds: int = 3) -> tuple[dict[int, list], list]:
+    """The best variants and SDPA-cuDNN in interleaved rounds of the settled, longer windows the
+    tuner's finalists get (both slow under sustained load): index -> ms per round, cuDNN's."""
+    candidates = {str(i): set_calls(sets, problem, _config(r["tile"], r["knobs"])) for i, r in enumerate(best)}
+    pins = {}
+    pinned = KERNEL.baselines(sets, problem)["cudnn"]
+    if runs(pinned):
+        pins["cudnn"], candidates["cudnn"] = pinned
+    times = interleaved_rounds(candidates, rounds, *RETIME, pins=pins)
+    return {i: times[str(i)] for i in range(len(best))}, times.get("cudnn", [])
 
 
 def bench_shape(head_dim: int, causal: bool, n: int = 4096, log=print) -> dict:
     """Tiles, then knob variants of the two best tiles, then a final interleaved re-time."""
-    sets = make_sets(4, 8, n, head_dim, torch.bfloat16)
-    q, k, v = (t.float() for t in sets[0][:3])
+    problem = Problem(4, 8, n, n, head_dim, "bf16", causal)
+    sets = make_sets(problem)
+    q, k, v = (sets[0][name].float() for name in ("q", "k", "v"))
     reference = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    flops = attention_flops(4, 8, n, n, head_dim, causal)
+    flops = KERNEL.flops(problem)
     rows = []
 
     def run(tile, name, knobs):
         config = _config(tile, knobs)
-        why = _check(sets, causal, config, reference)
-        ms = None if why else _time(sets, causal, config)
+        why = _check(sets, problem, config, reference)
+        ms = None if why else gpu_time(set_calls(sets, problem, config)).ms
         rows.append(dict(tile=list(tile), variant=name, knobs=knobs, ms=ms, reason=why))
         log(f"  D={head_dim} causal={causal} {tile} {name}: " + (f"{ms:.4f} ms" if ms else why))
 
@@ -91,13 +92,7 @@ def bench_shape(head_dim: int, causal: bool, n: int = 4096, log=print) -> dict:
         for name, knobs in VARIANTS.items():
             run(tile, name, knobs)
     best = sorted((r for r in rows if r["ms"]), key=lambda r: r["ms"])[:3]
-    final = {i: [] for i in range(len(best))}
-    cudnn = []
-    for _ in range(3):          # interleaved rounds, settled and longer, as the tuner's finalists
-        for i, r in enumerate(best):
-            final[i].append(_time(sets, causal, _config(r["tile"], r["knobs"]), *RETIME))
-        # cuDNN in the same settled, longer windows: both slow under sustained load
-        cudnn.append(time_sdpa([s[:3] for s in sets], causal, RETIME[0], 10, RETIME[1], host=False)["cudnn"]["ms"])
+    final, cudnn = _final_rounds(sets, problem, best)
     cudnn_ms = statistics.median(cudnn)
     finalists = [dict(best[i], final_ms=statistics.median(t), vs_cudnn=cudnn_ms / statistics.median(t),
                       tflops=flops / statistics.median(t) * 1e-9) for i, t in final.items()]
@@ -129,8 +124,8 @@ def markdown(results: list[dict], env: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kernel.bench_knobs", description=__doc__.split("\n\n")[0],
-        epilog="examples:\n  python -m kernel.bench_knobs\n  python -m kernel.bench_knobs --head-dim 64 --json k.json",
+        prog="python -m benchmarks.knobs", description=__doc__.split("\n\n")[0],
+        epilog="examples:\n  python -m benchmarks.knobs\n  python -m benchmarks.knobs --head-dim 64 --json k.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head-dim", type=int, action="append", choices=sorted(TILES),
                         help="only these head dims (repeatable)")
@@ -139,7 +134,7 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", help="write the tables here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("python -m kernel.bench_knobs needs a CUDA GPU (it times the kernel against SDPA)", file=sys.stderr)
+        print("python -m benchmarks.knobs needs a CUDA GPU (it times the kernel against SDPA)", file=sys.stderr)
         return 1
     env = environment()
     warm_gpu()

@@ -1,8 +1,8 @@
-"""``python -m tuner.bench_search``: how fast the tuner finds a near-best config.
+"""``python -m benchmarks.search``: how fast the tuner finds a near-best config.
 
-    python -m tuner.bench_search speed [--study autotune_race] [--markdown PATH]   # GPU
-    python -m tuner.bench_search quality --storage URL --study article --gpu sm_90 [--shape ...]
-    python -m tuner.bench_search stability --storage URL --study article --gpu sm_90 [--top 5] [--repeats 5]  # GPU
+    python -m benchmarks.search speed [--study autotune_race] [--markdown PATH]   # GPU
+    python -m benchmarks.search quality --storage URL --study article --gpu sm_90 [--shape ...]
+    python -m benchmarks.search stability --storage URL --study article --gpu sm_90 [--top 5] [--repeats 5]  # GPU
 
 ``speed`` times, in one GPU run and each from a cold Triton cache, ``@triton.autotune``'s
 first call and ``tuner.sweep --sampler grid`` over the same config list, then times
@@ -32,9 +32,15 @@ import textwrap
 import time
 from pathlib import Path
 
-from tuner.cli import usage_error
+from tuner.formatting import usage_error
 
-ROOT = Path(__file__).resolve().parent.parent
+
+def _package_root() -> str:
+    """The folder that holds the ``kernel`` and ``tuner`` packages this process imports (a checkout
+    or site-packages), for the contestants' processes: never this file's own location."""
+    import tuner
+
+    return str(Path(tuner.__file__).resolve().parent.parent)
 
 
 # ------------------------------------------------------------------------------- speed
@@ -62,9 +68,10 @@ _AUTOTUNE_SCRIPT = textwrap.dedent("""
 def _race(study_name: str, shape, configs, scratch: str) -> tuple[dict, float, str, int, float]:
     """Run both contestants from cold caches: (autotune's answer, its wall s, the sweep's best,
     configs the sweep timed, its wall s). Raises RuntimeError with the failing output."""
-    import sqlite3
+    from tuner.store import Store
+    from tuner.winners import measured_on, winner
 
-    base_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    base_env = {**os.environ, "PYTHONPATH": f"{_package_root()}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", _AUTOTUNE_SCRIPT,
                              json.dumps([[c.block_m, c.block_n, c.num_warps, c.num_stages] for c in configs]),
@@ -78,13 +85,13 @@ def _race(study_name: str, shape, configs, scratch: str) -> tuple[dict, float, s
     sweep = subprocess.run([sys.executable, "-m", "tuner.sweep", "--gpu", "auto", "--study", study_name,
                             "--sampler", "grid", "--storage", f"sqlite:///{db}", "--no-outputs", "--finalists", "0"],
                            env={**base_env, "TRITON_CACHE_DIR": f"{scratch}/sweep-triton",
-                                "FA2_TUNER_CACHE": f"{scratch}/fa2"}, capture_output=True, text=True, cwd=ROOT)
+                                "FA2_TUNER_CACHE": f"{scratch}/fa2"}, capture_output=True, text=True, cwd=scratch)
     sweep_wall = time.perf_counter() - started
     if sweep.returncode != 0:
         raise RuntimeError(sweep.stdout[-2000:] + sweep.stderr[-3000:])
-    with sqlite3.connect(db) as con:
-        best = con.execute("select config from fa2_results where status = 'timed' order by ms limit 1").fetchone()[0]
-        timed = con.execute("select count(distinct config) from fa2_results where status = 'timed'").fetchone()[0]
+    _, rows = measured_on(Store(f"sqlite:///{db}", create=False).results())
+    best = winner(rows, shape.label)            # the sweep ran without finalists: its fastest row
+    timed = len({r.config for r in rows if r.status == "timed"})
     return json.loads(result.stdout.strip().splitlines()[-1]), autotune_wall, best, timed, sweep_wall
 
 
@@ -96,7 +103,6 @@ def speed(study_name: str, markdown: Path | None) -> int:
     from kernel.timing import environment, environment_line, gpu_time, warm_gpu
     from tuner import budget
     from tuner.gpus import detect
-    from tuner.space import Config
     from tuner.study import load
 
     if not torch.cuda.is_available():
@@ -117,10 +123,11 @@ def speed(study_name: str, markdown: Path | None) -> int:
     warm_gpu()          # both winners, side by side in this process
     q, k, v = (torch.randn(shape.batch, shape.heads, shape.n_q, shape.head_dim, device="cuda",
                            dtype=torch.bfloat16) for _ in range(3))
-    picks = {"autotune": Config(*autotune["best"]), "sweep": Config.parse(sweep_best)}
+    config_type = study.kernel.config_type
+    picks = {"autotune": config_type(*autotune["best"]), "sweep": config_type.parse(sweep_best)}
     side = {name: gpu_time([lambda c=c: flash_attn_fwd(q, k, v, shape.causal, **c.as_kwargs())], 200).ms
             for name, c in picks.items()}
-    lines = [environment_line(env), f"Command: python -m tuner.bench_search speed --study {study_name}",
+    lines = [environment_line(env), f"Command: python -m benchmarks.search speed --study {study_name}",
              f"Shape {shape.label}; {len(configs)} configs (the study's, less those the budget model rejects "
              f"on {gpu.name}); cold Triton cache for each.", "",
              "| | wall time (s) | best config | its ms, timed side by side |", "|---|---|---|---|",
@@ -155,7 +162,7 @@ def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int
     spent, timed = 0.0, set()
     for number in range(1, budget_trials + 1):
         trial = study.ask(dists)
-        config = search.config_of(trial.params)
+        config = search.config_of(trial.params, space.kernel.config_type)
         value, seconds = table.get(config.key, (0.0, 0.0))
         if config.key not in seen:
             spent += seconds           # a config asked again is answered from the store, as in the sweep
@@ -182,7 +189,7 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
     labels = shapes or [s.label for s in study.shapes]
     lines = [f"Replayed against the grid sweep of study {study.name!r} on {target.name} ({rows[0].gpu}; triton "
              f"{rows[0].triton_version}), {len(study.space.all_configs())} configs in the space.",
-             f"Command: python -m tuner.bench_search quality --study {study_name} --gpu {target_name} "
+             f"Command: python -m benchmarks.search quality --study {study_name} --gpu {target_name} "
              f"--samplers {' '.join(samplers)} --seeds {seeds}", "",
              "| shape | valid configs | sampler | trials to 2% of best: median / worst | distinct configs asked "
              "| of them timed (valid): median / worst | recorded timing s: median / worst | found in all seeds |",
@@ -240,13 +247,13 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
     """Re-time a shape's top configs ``repeats`` times in rotating rounds (as the finalists are)."""
     import torch
 
-    from kernel.bench import make_sets
+    from benchmarks.timing import retime
+    from benchmarks.vs_sdpa import make_sets
     from kernel.timing import RETIME, environment, environment_line, warm_gpu
-    from tuner.bench_timing import retime
     from tuner.finalists import judge
-    from tuner.status import Status
     from tuner.store import Store
     from tuner.study import load
+    from tuner.winners import ranked
 
     if not torch.cuda.is_available():
         print("stability needs a CUDA GPU", file=sys.stderr)
@@ -258,16 +265,14 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
         print(f"--shape {shape_label!r} is not in study {study.name}: {[s.label for s in study.shapes]}",
               file=sys.stderr)
         return 2
-    rows = [r for r in Store(url, create=False).results(study.name, target_name)
-            if r.shape == shape.label and r.status == Status.TIMED]
-    keys = [r.config for r in sorted(rows, key=lambda r: r.ms)[:top]]
-    sets = make_sets(shape.batch, shape.heads, shape.n_q, shape.head_dim, shape.torch_dtype)
+    keys = ranked(Store(url, create=False).results(study.name, target_name), shape.label, top=top)  # by time
+    sets = make_sets(shape)
     env = environment()
     warm_gpu()
     rep_ms, settle_ms = protocol or RETIME
     verdict = judge(shape.label, retime(shape, keys, repeats, (rep_ms, settle_ms), sets))
     header = [environment_line(env),
-              f"Command: python -m tuner.bench_search stability --study {study_name} --gpu {target_name} "
+              f"Command: python -m benchmarks.search stability --study {study_name} --gpu {target_name} "
               f"--shape \"{shape.label}\" --top {top} --repeats {repeats}",
               f"The top {len(keys)} configs of the store for {shape.label}, each timed {repeats} times in rounds "
               f"whose order rotates (GPU time by CUDA-graph replay, {len(sets)} input sets, {settle_ms:.0f} ms "
@@ -303,10 +308,10 @@ def _check_args(args) -> str | None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tuner.bench_search", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.search", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="examples:\n  python -m tuner.bench_search speed\n"
-                                            "  python -m tuner.bench_search quality --storage sqlite:///h200.db "
+                                     epilog="examples:\n  python -m benchmarks.search speed\n"
+                                            "  python -m benchmarks.search quality --storage sqlite:///h200.db "
                                             "--study article --gpu sm_90 --samplers tpe random --seeds 5")
     sub = parser.add_subparsers(dest="command", required=True)
     p_speed = sub.add_parser("speed", help="@triton.autotune vs the grid sweep, cold cache, one GPU run")

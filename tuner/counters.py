@@ -1,9 +1,15 @@
-"""One line per profiled kernel, from its counters: what bounds it, and how far it is
-from the reference (cuDNN). Pure: the thresholds are here, the counters come in."""
+"""What Nsight Compute's counters say about one profiled kernel: its label, its stalls, what
+bounds it, and one line of verdict against the reference (cuDNN).
+
+Pure functions over stored profiles (:class:`tuner.store.Profile`), below both readers:
+:mod:`tuner.profile` prints the lines, :mod:`tuner.dashboard` draws them.
+"""
 
 from __future__ import annotations
 
 import json
+
+__all__ = ["KIND_LABELS", "bound", "display_order", "kernel_label", "stalls_of", "verdict"]
 
 KIND_LABELS = {"ours": "ours", "sdpa_flash": "SDPA-flash", "sdpa_cudnn": "SDPA-cuDNN"}   # also the display order
 MEMORY_BOUND_DRAM_PCT = 60.0      # DRAM this busy: bandwidth is the limit

@@ -1,8 +1,10 @@
-"""The two stages before the GPU, as pure functions of a config: budget and compile.
+"""The two stages before the GPU, as pure functions of a config of any kernel: budget and compile.
 
 Each returns a :class:`Rejection` (the status, the stage, the reason, and the budget
 fields for the rows) or lets the config through. Like the pruning in Triton's
-autotuner, nothing here has side effects; :mod:`tuner.driver` acts on the answers.
+autotuner, nothing here has side effects; :mod:`tuner.driver` acts on the answers. What
+a kernel can run, and what it compiles to, is the kernel's to say (:mod:`tuner.kernels`);
+this module imports neither Optuna nor a compiler.
 """
 
 from __future__ import annotations
@@ -10,11 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tuner import budget, search
+from tuner import budget
 from tuner.budget import CompileInfo, CompileTask
-from tuner.gate import gate_compile_problems
 from tuner.gpus import GpuSpec
-from tuner.space import Config
 from tuner.status import Stage, Status
 from tuner.study import Study
 
@@ -37,9 +37,9 @@ class Compiled:
     rejection: Rejection | None = None
 
 
-def budget_stage(config: Config, study: Study, target: GpuSpec) -> Rejection | None:
+def budget_stage(config, study: Study, target: GpuSpec) -> Rejection | None:
     """The study's space and restrictions, then the model for the target (no compile)."""
-    outside = [name for name in search.PARAMS if getattr(config, name) not in getattr(study.space, name)]
+    outside = [name for name, values in study.space.axes if getattr(config, name) not in values]
     if outside:   # an ordinal sampler can step between the study's values
         return Rejection(Status.RESTRICTED, Stage.BUDGET, f"{', '.join(outside)} outside the study's space",
                          {"budget_verdict": str(Status.RESTRICTED)})
@@ -58,18 +58,18 @@ def budget_stage(config: Config, study: Study, target: GpuSpec) -> Rejection | N
     return None
 
 
-def compile_plan(config: Config, study: Study, target: GpuSpec, present: GpuSpec | None) -> list[CompileTask]:
+def compile_plan(config, study: Study, target: GpuSpec, present: GpuSpec | None) -> list[CompileTask]:
     """The compiles a config needs: every specialisation of the study for the target, and
     for the GPU present also the gate's own specialisation (so the worker never compiles)."""
     variants = study.variants()
     tasks = budget.compile_tasks(config, variants, target.capability, present.capability if present else None)
     if present is not None:
-        extra = {p for shape in variants for p in gate_compile_problems(shape, config)}
+        extra = {p for shape in variants for p in study.kernel.gate_compile_problems(shape, config)}
         tasks += [CompileTask(config, problem, present.capability, True) for problem in sorted(extra, key=repr)]
     return tasks
 
 
-def compile_stage(config: Config, study: Study, target: GpuSpec, present: GpuSpec | None,
+def compile_stage(config, study: Study, target: GpuSpec, present: GpuSpec | None,
                   tasks: Sequence[CompileTask], infos: Sequence[CompileInfo]) -> Compiled:
     """Judge the binaries of :func:`compile_plan`: the target's first (their figures go in
     the rows), then the GPU present's, the gate's specialisation included."""

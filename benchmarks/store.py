@@ -1,4 +1,4 @@
-"""``python -m tuner.bench_store``: the database round trips of a sweep's trials, without a GPU.
+"""``python -m benchmarks.store``: the database round trips of a sweep's trials, without a GPU.
 
 Besides compiling, checking and timing, a sweep spends time per trial in the database:
 Optuna's ask and tell (with their attributes and heartbeat), the look for another sweep
@@ -8,15 +8,15 @@ with more GPUs. This replays exactly those calls (:class:`tuner.search.SearchSes
 :class:`tuner.store.Store`) for a grid study's first N trials, in batches, with one or
 more threads telling, and prints ms per trial.
 
-    python -m tuner.bench_store calls --trials 300 --threads 1 --threads 2
-    python -m tuner.bench_store calls --storage postgresql+psycopg://postgres@127.0.0.1:54329/postgres
+    python -m benchmarks.store calls --trials 300 --threads 1 --threads 2
+    python -m benchmarks.store calls --storage postgresql+psycopg://postgres@127.0.0.1:54329/postgres
 
 ``driver`` runs the real sweep (:class:`tuner.driver.Sweep`: Optuna, the store, the budget
 and compile stages from the cache, the threads) over the article grid, with the GPU
 workers replaced by stand-ins that sleep as long as a trial takes on the GPU, so what
 remains is the sweep's own overhead, and how well N workers overlap:
 
-    python -m tuner.bench_store driver --trial-ms 450 --workers 1 --workers 2
+    python -m benchmarks.store driver --trial-ms 450 --workers 1 --workers 2
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tuner.kernels.triton_fwd import KERNEL
 from tuner.search import SearchSession
-from tuner.space import SearchSpace
 from tuner.store import Result, Store
 
 SHAPES = 8      # rows per config, as the article study
@@ -50,7 +50,7 @@ def per_trial_ms(url: str, trials: int, threads: int, batch: int = 30) -> float:
     run = Run(study="bench", target="sm_90", gpu="g", sampler="grid", command="", torch_version="",
               triton_version="", driver="")
     store.add(run)
-    session = SearchSession(url, f"bench-{threads}-{time.time_ns()}", "grid", SearchSpace(), 0, None, {})
+    session = SearchSession(url, f"bench-{threads}-{time.time_ns()}", "grid", KERNEL.space(), 0, None, {})
 
     def process(number, config) -> None:
         if not store.config_rows("bench", "sm_90", "g", config.key) and session.leader(number, config) is None:
@@ -79,7 +79,7 @@ class _StandInWorker:
     trial_s = 0.27
     retime_s = 1.1      # one config, all its rounds (53 s for the article grid's 48 finalists on the H200)
 
-    def __init__(self, shapes, timing, timeout_s, device, device_index=None):
+    def __init__(self, shapes, timing, timeout_s, device, device_index=None, kernel=None):
         self.shapes, self.index, self.restarts = shapes, device_index or 0, 0
 
     def device_info(self) -> dict:
@@ -98,11 +98,10 @@ class _StandInWorker:
         return TrialOutcome(Status.TIMED, "", {s.label: ShapeOutcome(s.label, True, ms=ms, timer="stand-in")
                                                for s in self.shapes}, check_s=0.0, time_s=self.trial_s)
 
-    def retime(self, orders) -> dict:
-        keys = {label: sorted({c.key for order in rounds for c in order}) for label, rounds in orders.items()}
+    def retime(self, finalists, rounds: int) -> dict:
+        keys = {label: sorted({c.key for c in configs}) for label, configs in finalists.items()}
         time.sleep(self.retime_s * sum(len(k) for k in keys.values()))
-        return {label: {key: [1.0 + i * 0.01] * len(orders[label]) for i, key in enumerate(ks)}
-                for label, ks in keys.items()}
+        return {label: {key: [1.0 + i * 0.01] * rounds for i, key in enumerate(ks)} for label, ks in keys.items()}
 
     def close(self) -> None:
         pass
@@ -129,9 +128,9 @@ def driver_wall_s(workers: int, trial_ms: float, gpu: str = "sm_89") -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tuner.bench_store", description=__doc__.splitlines()[0],
-                                     epilog="examples:\n  python -m tuner.bench_store calls --trials 300 --threads 2\n"
-                                            "  python -m tuner.bench_store driver --workers 1 --workers 2",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.store", description=__doc__.splitlines()[0],
+                                     epilog="examples:\n  python -m benchmarks.store calls --trials 300 --threads 2\n"
+                                            "  python -m benchmarks.store driver --workers 1 --workers 2",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     calls = sub.add_parser("calls", help="the database calls of N trials, ms per trial")
