@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 
@@ -13,6 +15,7 @@ from tuner.budget import CompileInfo, verdict
 from tuner.gpus import GpuSpec
 from tuner.kernels.triton_fwd import KERNEL, FwdConfig
 from tuner.problem import Problem
+from tuner.space import LOG2, KernelConfig, axis
 from tuner.status import Status
 from tuner.study import StudyError, load
 
@@ -250,3 +253,33 @@ def test_a_new_kernel_writes_no_new_column(tmp_path):
     assert json.loads(columns["params"]) == FwdConfig(64, 64, 4, 2, tma=True).params()
     assert set(columns) == {"config", "params"} | set(CONFIG_COLUMNS)
     assert columns["config"] == "64x64_w4_s2_tma"
+
+
+@dataclass(frozen=True, order=True)
+class BackwardShaped(KernelConfig):
+    """A config shaped like the backward's: dK/dV tiles, dQ tiles, warps, stages and a knob."""
+
+    KEY_FORMAT: ClassVar[str] = "{block_m}x{block_n}_q{block_m_q}x{block_n_q}_w{num_warps}_s{num_stages}"
+    KEY_HELP: ClassVar[str] = "BM,BN,BMQ,BNQ,WARPS,STAGES, e.g. 64,64,32,64,4,2"
+
+    block_m: int = axis((32, 64), tpe=LOG2, param="log2_block_m")
+    block_n: int = axis((32, 64), tpe=LOG2, param="log2_block_n")
+    block_m_q: int = axis((32, 64), tpe=LOG2, param="log2_block_m_q")
+    block_n_q: int = axis((32, 64), tpe=LOG2, param="log2_block_n_q")
+    num_warps: int = axis((4, 8), tpe=LOG2, param="log2_num_warps")
+    num_stages: int = axis((1, 2))
+    atomic: bool = axis((False,), (False, True), plain=False, tag="atomic")
+
+
+def test_a_config_of_more_tiles_keys_parses_and_splits_its_heatmap_variants_generically():
+    from tuner import search
+
+    config = BackwardShaped(64, 64, 32, 64, 4, 2, atomic=True)
+    assert config.key == "64x64_q32x64_w4_s2_atomic" and BackwardShaped.parse(config.key) == config
+    assert BackwardShaped.parse("64,64,32,64,4,2") == BackwardShaped(64, 64, 32, 64, 4, 2)
+    assert config.variant == "block_m_q=32 block_n_q=64 atomic" and not config.plain
+    with pytest.raises(ValueError, match="BM,BN,BMQ,BNQ,WARPS,STAGES"):
+        BackwardShaped.parse("64,64,4,2")
+    params = {"log2_block_m": 6, "log2_block_n": 6, "log2_block_m_q": 5, "log2_block_n_q": 6,
+              "log2_num_warps": 2, "num_stages": 2}
+    assert search.config_of(params, BackwardShaped) == BackwardShaped(64, 64, 32, 64, 4, 2)

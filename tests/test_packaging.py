@@ -101,6 +101,8 @@ def test_the_console_entry_point_lists_its_commands_and_refuses_an_unknown_one(i
     assert bad.returncode == 2 and "unknown GPU" in bad.stderr
     listed = _run_installed(installed, tmp_path, "-m", "tuner.commands", "kernels")
     assert listed.returncode == 0 and "triton (pass fwd)" in listed.stdout, listed.stderr[-2000:]
+    as_before = _run_installed(installed, tmp_path, "-m", "tuner.commands", "--gpu", "sm_77")     # the sweep's flags
+    assert as_before.returncode == 2 and "python -m tuner.sweep: error: --gpu" in as_before.stderr
 
 
 def test_every_third_party_import_is_a_declared_dependency():

@@ -2,7 +2,8 @@
 ``python -m tuner.<command>`` forms (as ``optuna`` has), each of which it runs unchanged.
 
 Every command parses its own arguments (``fa2-tuner <command> --help``) and returns its exit
-code: 0 done, 1 failed, 2 bad input (nothing written).
+code: 0 done, 1 failed, 2 bad input (nothing written). ``fa2-tuner --gpu ...`` (flags, no command)
+is the sweep, as the entry point was before it had commands.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def usage() -> str:
              "Autotuning and sweeps for FlashAttention kernels in Triton.", "", "commands:"]
     lines += [f"  {name:<{width}}  {what}" for name, (_, what, _) in COMMANDS.items()]
     lines += ["", "examples:"] + [f"  {example}" for _, _, example in COMMANDS.values()]
-    lines += ["", "Each is also python -m tuner.<command> (python -m tuner.budget, ...); benchmarks are "
-                  "python -m benchmarks.<name> --help."]
+    lines += ["", "Each is also python -m tuner.<command> (python -m tuner.budget, ...); fa2-tuner with flags and no "
+                  "command (fa2-tuner --gpu sm_89) is the sweep; benchmarks are python -m benchmarks.<name> --help."]
     return "\n".join(lines)
 
 
@@ -61,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    if command.startswith("-"):                 # the entry point's form before it had commands: the sweep
+        command, rest = "sweep", argv
     if command not in COMMANDS:
         print(f"{usage()}\n\nfa2-tuner: error: unknown command {command!r}; use one of {', '.join(COMMANDS)}",
               file=sys.stderr)

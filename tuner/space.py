@@ -89,6 +89,10 @@ def axis(default: tuple, allowed: tuple | None = None, *, plain: Any = None, tag
 class KernelConfig:
     """Base of a kernel's config type: a frozen dataclass whose fields are :func:`axis` fields.
 
+    Every kernel's config has the tile axes ``block_m``, ``block_n``, ``num_warps`` and
+    ``num_stages``: the store gives them columns and the heatmaps their grid and panels; any
+    other tile axis (the backward's dQ tiles) and every knob tell the heatmap's variants apart.
+
     Class attributes a config type sets:
         KEY_FORMAT: the key's head from the tile axes, e.g. ``"{block_m}x{block_n}_w{num_warps}_s{num_stages}"``;
             the knobs set follow it as their suffixes.
@@ -97,6 +101,7 @@ class KernelConfig:
 
     KEY_FORMAT: ClassVar[str]
     KEY_HELP: ClassVar[str]
+    GRID_AXES: ClassVar[tuple[str, ...]] = ("block_m", "block_n", "num_warps", "num_stages")
 
     @classmethod
     @functools.cache
@@ -125,9 +130,11 @@ class KernelConfig:
 
     @property
     def variant(self) -> str:
-        """The knobs set, as words of their tags (``"tma p2"``), or ``"plain"``."""
-        words = [a.suffix(getattr(self, a.name))[1:] for a in self.knobs()]
-        return " ".join(w for w in words if w) or "plain"
+        """What tells this config apart beyond the heatmap's grid (:data:`GRID_AXES`): other tiles as
+        ``name=value``, then the knobs set as their tags (``"tma p2"``); ``"plain"`` for none."""
+        tiles = [f"{a.name}={getattr(self, a.name)}" for a in self.tiles() if a.name not in self.GRID_AXES]
+        knobs = [a.suffix(getattr(self, a.name))[1:] for a in self.knobs()]
+        return " ".join(tiles + [w for w in knobs if w]) or "plain"
 
     def params(self) -> dict:
         """Every field and its value."""

@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from kernel.timing import Pinned  # a baseline to time: a context that pins it (an SDPA backend), a call per set
 from tuner.gpus import GpuSpec
 from tuner.outcome import NamedError
 from tuner.problem import Problem
 from tuner.space import KernelConfig, SearchSpace
 
 __all__ = ["Case", "CompileUnit", "GateResult", "NamedError", "Pinned", "TunableKernel"]
-
-# A baseline to time: a context that pins it (an SDPA backend) and one call per input set.
-Pinned = tuple[Callable[[], AbstractContextManager], Sequence[Callable[[], object]]]
 
 
 @dataclass(frozen=True)
@@ -228,7 +225,3 @@ class TunableKernel(abc.ABC):
     def ncu_kernels(self) -> dict[str, str]:
         """Regexes over kernel names: the launch Nsight Compute keeps, for ``"ours"`` and for each
         of :meth:`baselines`' backends (the longest match is kept)."""
-
-    def describe(self, config) -> str:
-        """How tables name a config."""
-        return config.key
