@@ -26,6 +26,14 @@ from kernel.flash_fwd import JIT_KERNEL, KNOB_CONSTEXPRS, plan_for
 from kernel.launch import use_tma_allocator
 
 
+def _without_tma_at_length_one(configs, named_args, **_):
+    """A length of 1 is a constant to the JIT, and Triton 3.6's Hopper pipeliner fails on TMA
+    descriptors then: such calls choose among the list's configs without TMA (all of them if none)."""
+    if 1 not in (named_args.get("N_Q"), named_args.get("N_K")):
+        return configs
+    return [c for c in configs if not c.kwargs.get("TMA")] or configs
+
+
 class AutotunedFlashAttention:
     """``flash_attn_fwd`` whose tiles, warps and stages come from ``@triton.autotune``.
 
@@ -43,7 +51,8 @@ class AutotunedFlashAttention:
                                  f"got {config.kwargs}")
         if any(config.kwargs.get("TMA") for config in configs):
             use_tma_allocator()                     # device-side descriptors need global scratch
-        self.kernel = triton.autotune(configs=list(configs), key=list(key))(JIT_KERNEL)
+        self.kernel = triton.autotune(configs=list(configs), key=list(key),
+                                      prune_configs_by={"early_config_prune": _without_tma_at_length_one})(JIT_KERNEL)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,
                  out: torch.Tensor | None = None, lse: torch.Tensor | None = None):

@@ -294,15 +294,19 @@ def default_config(head_dim: int, causal: bool = False, capability: int | None =
 # ------------------------------------------------------------------------- entry point
 
 
-def _with_defaults(config: tuple, q, k, v, causal: bool) -> tuple:
+def _with_defaults(config: tuple, q, k, v, causal: bool, capability: int | None = None) -> tuple:
     """A call that left the tiles unset takes :func:`default_config` for the device, knobs
-    included where the call set none (TMA only where this layout allows it)."""
-    defaults = default_config(q.shape[-1], causal)
+    included where the call set none (TMA only where this layout allows it, and not at a length
+    of 1: the JIT makes it a constant, and Triton 3.6's Hopper pipeliner then fails on the
+    descriptors, "tensormap_create ... doesn't know how to predicate this op")."""
+    defaults = default_config(q.shape[-1], causal, capability)
     names = ("block_m", "block_n", "num_warps", "num_stages")
     tiles = tuple(defaults[name] if given is None else given for name, given in zip(names, config[:4]))
     if tuple(config[4:]) != KNOB_DEFAULTS[4:]:
         return tiles + tuple(config[4:])
     knobs = {knob.name: defaults.get(knob.name, knob.default) for knob in KNOBS}
+    if knobs["tma"] and 1 in (q.shape[-2], k.shape[-2]):
+        knobs["tma"] = False
     if knobs["tma"]:
         try:
             check_tma_layout(q, k, v)

@@ -349,3 +349,78 @@ def test_bf16_tiles_ragged_gpu(tile, causal, device, fresh_inputs, assert_matche
         q, k, v, seed = fresh_inputs((2, 3, 1000, D), (2, 3, 777, D), BF16, device)
         out, lse = _run(q, k, v, causal, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages)
         assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"tile {tile} D={D}")
+
+
+@pytest.mark.parametrize("n_q, n_k", [(1, 1), (1, 64), (64, 1)])
+def test_the_hopper_defaults_drop_tma_at_a_length_of_one(n_q, n_k):
+    """The JIT makes a length of 1 a constant, and the Hopper pipeliner then fails on TMA
+    descriptors (seen on the H200): the default call takes plain loads there, TMA elsewhere."""
+    from kernel.flash_fwd import KNOB_DEFAULTS, _with_defaults
+
+    q, k = torch.zeros(1, 2, n_q, 64), torch.zeros(1, 2, n_k, 64)
+    unset = (None, None, None, None) + KNOB_DEFAULTS[4:]
+    assert _with_defaults(unset, q, k, k, False, capability=90)[4] is False
+    assert _with_defaults(unset, torch.zeros(1, 2, 17, 64), torch.zeros(1, 2, 16, 64), k, False, 90)[4] is True
+
+
+def test_the_autotuned_entry_drops_tma_configs_at_a_length_of_one():
+    import triton
+
+    from kernel.autotuned import _without_tma_at_length_one
+
+    configs = [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "TMA": True}), triton.Config({"BLOCK_M": 64,
+                                                                                          "BLOCK_N": 64})]
+    assert _without_tma_at_length_one(configs, {"N_Q": 1, "N_K": 8}) == configs[1:]
+    assert _without_tma_at_length_one(configs, {"N_Q": 8, "N_K": 8}) == configs
+    assert _without_tma_at_length_one(configs[:1], {"N_Q": 8, "N_K": 1}) == configs[:1]
+
+
+def _forward_is_right(q, k, v, causal, **config):
+    from kernel.reference import accuracy
+
+    out, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device=q.device)
+    kernel.flash_attn_fwd(q, k, v, causal, **config, out=out, lse=lse)
+    verdict = accuracy(out, lse, q, k, v, causal)
+    assert verdict.ok, f"N_q={q.shape[-2]} N_k={k.shape[-2]} causal={causal} {config}: {verdict.reason}"
+
+
+SHORT_LENGTHS = [*range(1, 18), 63, 64, 65, 127, 128, 129]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", SHORT_LENGTHS)
+def test_the_default_call_at_every_short_length_on_a_gpu(n):
+    """Lengths of 1 become constants to the JIT (the Hopper pipeliner once failed there with TMA);
+    lengths around the tiles exercise the ragged tiles. Every default (D 64 and 128, causal and not)."""
+    torch.manual_seed(n)
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            q, k, v = (torch.randn(1, 2, m, head_dim, device="cuda", dtype=torch.bfloat16) for m in (n, n, n))
+            _forward_is_right(q, k, v, causal)
+            k2, v2 = (torch.randn(1, 2, n + 3, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            _forward_is_right(q, k2, v2, causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [1, 17])
+def test_every_emitted_config_at_a_length_of_one_and_a_ragged_one_on_a_gpu(n):
+    """Each config of the shipped lists (kernel/configs_h200*.py) at N=1 (a constant to the JIT;
+    its TMA configs are what the autotuned entry leaves out there) and N=17 (no divisibility)."""
+    from kernel import configs_h200, configs_h200_knobs
+    from kernel.autotuned import _without_tma_at_length_one
+
+    triton_configs = _without_tma_at_length_one(configs_h200.CONFIGS + configs_h200_knobs.CONFIGS,
+                                                {"N_Q": n, "N_K": n})
+    seen = set()
+    for config in triton_configs:
+        kw = config.kwargs
+        call = dict(block_m=kw["BLOCK_M"], block_n=kw["BLOCK_N"], num_warps=config.num_warps,
+                    num_stages=config.num_stages, tma=bool(kw.get("TMA", False)),
+                    warp_specialize=bool(kw.get("WARP_SPEC", False)), persistent=int(kw.get("PERSISTENT", 0)),
+                    maxnreg=config.maxnreg or None)
+        if tuple(call.items()) in seen:
+            continue
+        seen.add(tuple(call.items()))
+        for causal in (False, True):
+            q, k, v = (torch.randn(1, 2, n, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            _forward_is_right(q, k, v, causal, **call)
