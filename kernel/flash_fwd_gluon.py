@@ -37,6 +37,7 @@ import triton
 
 from kernel.gluon_attention import (
     GLUON_IMPORT_ERROR,
+    UNSPECIALISED,
     attend_overlapped,
     attend_simple,
     fence_async_shared,
@@ -45,7 +46,6 @@ from kernel.gluon_attention import (
     jit,
     key_tiles,
     mbarrier,
-    mma_layout,
     prefetch,
     tile_coords,
     tma,
@@ -55,6 +55,7 @@ LOG2E = 1.4426950408889634
 HEAD_DIMS = (64, 128)
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 SMEM_LIMIT = 232_448          # bytes of shared memory a block may opt in to on sm_90 (H100, H200)
+STATIC_SMEM = 1_024           # static shared memory of every sm_90 cubin here (cuobjdump), on top of metadata.shared
 
 
 # ---------------------------------------------------------------------------- version gate
@@ -110,7 +111,7 @@ def gluon_support(capability: int | None = None) -> str | None:
 # ---------------------------------------------------------------------------------- kernel
 
 
-@jit
+@jit(do_not_specialize=UNSPECIALISED)
 def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, qk_scale,
                           CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, NUM_STAGES: gl.constexpr):
     """One partition: query tiles pid, pid + programs, ... of the [B*H, tiles] grid."""
@@ -118,8 +119,13 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, 
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    rows: gl.constexpr = gl.SliceLayout(1, mma_layout(gl.num_warps(), BLOCK_N))
-    o_layout: gl.constexpr = mma_layout(gl.num_warps(), HEAD_DIM)
+    # wgmma accumulators of S [rows, BLOCK_N] and O [rows, D]: a warp per 16 rows.
+    NUM_WARPS: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    rows: gl.constexpr = gl.SliceLayout(1, s_layout)
 
     # Q's buffer doubles as the output's staging buffer: Q is dead once the last S wgmma is done.
     qo_buf = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
@@ -186,7 +192,8 @@ class GluonConfig:
         block_n: keys per tile, 64 or 128.
         num_stages: K/V ring buffers (each holds a key and a value tile).
         overlap: softmax of key tile j under the PV wgmma of tile j - 1 (else strictly in order).
-        pingpong: ws with two consumers: their wgmma take turns (needs overlap).
+        pingpong: ws with two consumers: their wgmma take turns (needs overlap); stored as
+            False wherever there are not two consumer warpgroups.
         persistent: 0 for a program per query tile, else programs per SM.
         producer_regs, consumer_regs: ws register split (``setmaxnreg``) per thread of the
             producer warp's warpgroup and of a consumer warpgroup; multiples of 8 in [24, 256].
@@ -201,6 +208,12 @@ class GluonConfig:
     persistent: int = 0
     producer_regs: int = 24
     consumer_regs: int = 240
+
+    def __post_init__(self):
+        # Turns need two consumer warpgroups; elsewhere the knob means nothing and is stored off,
+        # so a config equals the one that is compiled.
+        if self.pingpong and not (self.variant == "ws" and self.block_m == 128):
+            object.__setattr__(self, "pingpong", False)
 
     @property
     def consumers(self) -> int:
@@ -251,14 +264,10 @@ class GluonConfig:
             found.append(f"registers: {self.maxnreg} per thread over {4 * (1 + self.consumers)} warps exceed 65,536")
         if head_dim not in HEAD_DIMS:
             found.append(f"head dim {head_dim} is not supported; use one of {HEAD_DIMS}")
-        if not found and smem_bytes(self, head_dim) > SMEM_LIMIT:
-            found.append(f"shared memory: {smem_bytes(self, head_dim)} B > {SMEM_LIMIT} B on sm_90")
+        if not found and smem_bytes(self, head_dim) + STATIC_SMEM > SMEM_LIMIT:
+            found.append(f"shared memory: {smem_bytes(self, head_dim)} B + {STATIC_SMEM} B static > {SMEM_LIMIT} B "
+                         "on sm_90")
         return found
-
-    def effective(self) -> GluonConfig:
-        """The config as compiled: pingpong only where there are two consumer warpgroups to take turns."""
-        pingpong = self.pingpong and self.variant == "ws" and self.consumers == 2
-        return self if pingpong == self.pingpong else replace(self, pingpong=pingpong)
 
 
 # Defaults per (head_dim, causal): chosen by shared memory and register budget, not yet timed.
@@ -298,7 +307,7 @@ def gluon_configs(head_dim: int) -> list[GluonConfig]:
                         for persistent in (0, 1, 2):
                             config = GluonConfig(variant, block_m, block_n, stages, overlap, overlap, persistent)
                             if not config.problems(head_dim):
-                                configs.append(config.effective())
+                                configs.append(config)
     return sorted(set(configs), key=lambda c: tuple(asdict(c).values()))
 
 
@@ -392,7 +401,6 @@ def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool):
     """
     from kernel.flash_fwd_gluon_ws import _fwd_ws_kernel
 
-    config = config.effective()
     batch, heads, n_q, head_dim = q4.shape
     rows = 64 if config.variant == "ws" else config.block_m
     descriptors = (_descriptor("q", q4, rows), _descriptor("k", k4, config.block_n),

@@ -22,6 +22,7 @@ number of turns and every stage gets both releases.
 from __future__ import annotations
 
 from kernel.gluon_attention import (
+    UNSPECIALISED,
     attend_overlapped,
     attend_simple,
     fence_async_shared,
@@ -32,7 +33,6 @@ from kernel.gluon_attention import (
     load_k,
     load_v,
     mbarrier,
-    mma_layout,
     tile_coords,
     tma,
 )
@@ -83,8 +83,13 @@ def _consumer(q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars,
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_M: gl.constexpr = ROWS * CONSUMERS
     BLOCK_N: gl.constexpr = ring[0].shape[3]
-    rows: gl.constexpr = gl.SliceLayout(1, mma_layout(gl.num_warps(), BLOCK_N))
-    o_layout: gl.constexpr = mma_layout(gl.num_warps(), HEAD_DIM)
+    # wgmma accumulators of S [rows, BLOCK_N] and O [rows, D]: a warp per 16 rows.
+    NUM_WARPS: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    rows: gl.constexpr = gl.SliceLayout(1, s_layout)
     q = q_bufs.index(C).reshape([ROWS, HEAD_DIM])
     o_buf = o_bufs.index(C)
     # Consumer 0 takes the first turn (it waits on a phase a fresh barrier counts as complete).
@@ -122,7 +127,7 @@ def _consumer(q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars,
     tma.store_wait(0)
 
 
-@jit
+@jit(do_not_specialize=UNSPECIALISED)
 def _fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, qk_scale,
                    CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, NUM_STAGES: gl.constexpr,
                    CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,

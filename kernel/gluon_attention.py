@@ -43,8 +43,13 @@ except ImportError as exc:  # a Triton without Gluon: the functions below are ne
     GLUON_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
     LN2 = 0.6931471805599453
 
-    def jit(fn):
-        return fn
+    def jit(fn=None, **_):
+        return fn if fn is not None else (lambda f: f)
+
+
+# H and BH only split a tile's index into batch and head: specialising on them (a constant 1 for
+# [B, N, D] inputs, or divisible by 16) would add binaries and buy nothing.
+UNSPECIALISED = ("H", "BH")
 
 
 # ------------------------------------------------------------------------- tiles and layouts
@@ -79,12 +84,6 @@ def key_tiles(start_m, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL
         key_stop = N_K
         full = N_K // BLOCK_N
     return full, gl.cdiv(key_stop, BLOCK_N)
-
-
-@gluon.constexpr_function if gluon is not None else (lambda fn: fn)
-def mma_layout(num_warps, n):
-    """The wgmma accumulator layout of [16 * num_warps, n] (a warp per 16 rows)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16])
 
 
 # --------------------------------------------------------------------------------- the ring
@@ -204,7 +203,12 @@ def qk_mma(q, k):
     """S = Q K^T, issued (async): q [rows, D] and k [BLOCK_N, D] in shared memory."""
     ROWS: gl.constexpr = q.shape[0]
     BLOCK_N: gl.constexpr = k.shape[0]
-    zero = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout(gl.num_warps(), BLOCK_N))
+    NUM_WARPS: gl.constexpr = gl.num_warps()
+    # The kernels' S layout (a warp per 16 rows); layouts are spelled out, not computed by a
+    # constexpr_function, which returns raw values under TRITON_INTERPRET=1 (set by the CPU tests).
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NUM_WARPS, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     return warpgroup_mma(q, k.permute((1, 0)), zero, use_acc=False, is_async=True)
 
 

@@ -1,0 +1,299 @@
+"""The Gluon forward for Hopper (kernel/flash_fwd_gluon.py).
+
+* Compile tests (no GPU): each variant compiles for sm_90 under Triton 3.6, its PTX holds
+  the Hopper pieces, and its shared memory is the model's figure. Skipped, with the reason,
+  on a Triton whose Gluon API is not 3.6's (CI's main suite runs Triton 3.9; .ci/run runs
+  this file again in a small Triton 3.6 venv).
+* Gate tests (any Triton): the version gate and the config checks say what is wrong.
+* GPU tests (``gpu`` mark, an sm_90 GPU with Triton 3.6): against the float32 reference by
+  the project's accuracy rule, on NaN-filled outputs and fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from kernel.flash_fwd_gluon import (
+    GLUON_DEFAULTS,
+    SMEM_LIMIT,
+    STATIC_SMEM,
+    VARIANTS,
+    GluonConfig,
+    GluonUnavailable,
+    default_gluon_config,
+    flash_attn_fwd_gluon,
+    gluon_api_support,
+    gluon_configs,
+    gluon_support,
+    supported,
+)
+
+API_REASON = gluon_api_support()
+needs_gluon_api = pytest.mark.skipif(API_REASON is not None, reason=f"compile tests need Triton 3.6's Gluon: "
+                                                                    f"{API_REASON}")
+RUN_REASON = gluon_support() if torch.cuda.is_available() else "needs a CUDA GPU"
+needs_hopper = pytest.mark.skipif(RUN_REASON is not None, reason=str(RUN_REASON))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = [(d, causal, variant) for d in (64, 128) for causal in (False, True) for variant in VARIANTS]
+
+
+def _case_id(case) -> str:
+    d, causal, variant = case
+    return f"D{d}-{'causal' if causal else 'full'}-{variant}"
+
+
+# ------------------------------------------------------------------ compile tests (CPU)
+
+FALLBACKS = [
+    GluonConfig("pipelined", 64, 64, num_stages=1, overlap=False),
+    GluonConfig("pipelined", 128, 64, num_stages=4, persistent=2),
+    GluonConfig("ws", 64, 128, num_stages=2, overlap=False, pingpong=False),
+    GluonConfig("ws", 128, 64, num_stages=4, overlap=True, pingpong=False),
+    GluonConfig("ws", 128, 128, num_stages=1, overlap=False, pingpong=False),
+]
+SPLIT = GluonConfig("ws", 128, 128, num_stages=2, producer_regs=32, consumer_regs=232)
+
+
+def _compile_cases() -> dict:
+    cases = {f"default-{_case_id(case)}": (default_gluon_config(case[0], case[1], case[2]), case[0], case[1], 1000)
+             for case in CASES}
+    for variant in VARIANTS:
+        for n in (1, 16):
+            cases[f"n{n}-{variant}"] = (default_gluon_config(64, True, variant), 64, True, n)
+    for index, config in enumerate(FALLBACKS):
+        cases[f"fallback{index}"] = (config, 128, index % 2 == 1, 300)
+    cases["split"] = (SPLIT, 128, False, 1000)
+    return cases
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    """Every compile case, cross-compiled in one fresh process outside Triton's interpreter
+    (the CPU tests run under TRITON_INTERPRET=1, which Gluon's compiler cannot work under)."""
+    cases = _compile_cases()
+    payload = [dict(config=asdict(config), head_dim=d, causal=causal, n_q=n, n_k=n)
+               for config, d, causal, n in cases.values()]
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-m", "kernel.gluon_compile"], input=json.dumps(payload), env=env,
+                            capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return dict(zip(cases, json.loads(result.stdout)))
+
+
+def _ok(report: dict) -> dict:
+    assert report["error"] is None, report["error"]
+    return report
+
+
+@needs_gluon_api
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_default_configs_compile_for_sm90_with_the_hopper_pieces(case, compiled):
+    report = _ok(compiled[f"default-{_case_id(case)}"])
+    assert report["markers"]["wgmma"], "no wgmma.mma_async"
+    assert report["markers"]["tma"], "no TMA copy (cp.async.bulk.tensor)"
+    assert report["markers"]["mbarrier"], "no mbarrier wait"
+    assert report["markers"]["setmaxnreg"] == (case[2] == "ws"), "a register split only with warp specialization"
+    assert report["shared"] == report["model"], "the shared-memory model is off"
+    assert report["shared"] + STATIC_SMEM <= SMEM_LIMIT
+    resources = report["resources"]
+    if resources:               # cuobjdump ships with Triton's NVIDIA backend
+        assert resources["SHARED"] == STATIC_SMEM, "static shared memory changed: the launch limit is off"
+        assert resources["STACK"] == 0, f"register spills: {resources}"
+
+
+@needs_gluon_api
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("n", [1, 16])
+def test_the_jits_specialisations_of_small_lengths_compile(variant, n, compiled):
+    """The JIT makes N == 1 a constant and gives N % 16 == 0 divisibility; both must compile
+    (Triton's own pipeliner failed on the Triton kernel at N = 1)."""
+    report = _ok(compiled[f"n{n}-{variant}"])
+    if n == 1:
+        assert report["constants"] == {"N_Q": 1, "N_K": 1}
+    else:
+        assert report["constants"] == {} and {"N_Q", "N_K", "LSE"} <= set(report["divisible"])
+    assert "H" not in report["divisible"] and "BH" not in report["divisible"], "H and BH are not specialised"
+    assert report["markers"]["wgmma"] and report["shared"] == report["model"]
+
+
+@needs_gluon_api
+@pytest.mark.parametrize("index", range(len(FALLBACKS)))
+def test_fallback_configs_compile_and_match_the_smem_model(index, compiled):
+    report = _ok(compiled[f"fallback{index}"])
+    assert report["shared"] == report["model"]
+    assert report["markers"]["setmaxnreg"] == (FALLBACKS[index].variant == "ws")
+
+
+@needs_gluon_api
+def test_the_register_split_reaches_the_ptx(compiled):
+    report = _ok(compiled["split"])
+    assert report["maxnreg"] == [str(SPLIT.maxnreg)]
+    assert ["setmaxnreg.dec", "32"] in report["regs"], "the producer warp gives registers back"
+    assert ["setmaxnreg.inc", "232"] in report["regs"], "the second consumer takes its share"
+
+
+# --------------------------------------------------------------- gate tests (any Triton)
+
+
+def test_the_smem_model_counts_tiles_and_barriers():
+    from kernel.gluon_compile import smem_bytes
+
+    # 128x64 Q + 2 stages of 128x64 K and V, bf16; then 2 + 2 + 1 barriers of 8 bytes, 16-aligned.
+    assert smem_bytes(GluonConfig("pipelined", 128, 128, 2), 64) == 16384 + 65536 + 16 + 16 + 8
+    # Each consumer's 64x128 Q and output; 2 stages; captures, 14 barriers, a word per worker.
+    assert smem_bytes(GluonConfig("ws", 128, 128, 2), 128) == 131072 + 65536 + 288 + 7 * 16 + 8
+
+
+def test_every_listed_config_fits_and_the_defaults_are_listed():
+    for d in (64, 128):
+        configs = gluon_configs(d)
+        assert configs and all(not c.problems(d) for c in configs)
+        for variant in VARIANTS:
+            assert GLUON_DEFAULTS[variant][(d, False)] in configs
+    over = GluonConfig("pipelined", 128, 128, num_stages=4)
+    assert "shared memory" in " ".join(over.problems(128))
+
+
+@pytest.mark.parametrize("config, message", [
+    (GluonConfig(variant="tma"), "variant"),
+    (GluonConfig(block_m=32), "block_m"),
+    (GluonConfig(num_stages=0), "num_stages"),
+    (GluonConfig("ws", overlap=False, pingpong=True), "pingpong"),
+    (GluonConfig("ws", consumer_regs=250), "consumer_regs"),
+    (GluonConfig(persistent=-1), "persistent"),
+])
+def test_bad_configs_name_the_knob(config, message):
+    assert message in " ".join(config.problems(64))
+
+
+def test_only_head_dims_64_and_128():
+    assert "head dim 96" in " ".join(GluonConfig().problems(96))
+
+
+def test_the_gate_names_what_is_missing():
+    reason = gluon_support(capability=89)
+    assert reason is not None and ("sm_89" in reason or "Triton" in reason)
+    if API_REASON is not None:
+        assert "Triton" in API_REASON and "3.6" in API_REASON
+        assert gluon_support(capability=90) == API_REASON
+    assert supported()["unsupported_here"] == gluon_support()
+
+
+@pytest.mark.skipif(RUN_REASON is None, reason="this machine can run the Gluon forward")
+def test_calls_without_a_hopper_and_triton_36_raise_gluon_unavailable():
+    q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
+    with pytest.raises(GluonUnavailable, match="Triton|CUDA|sm_"):
+        flash_attn_fwd_gluon(q, q, q)
+
+
+# ------------------------------------------------------------------------- GPU tests
+
+GPU_SHAPES = [  # (B, H or None for [B, N, D], N_q, N_k): ragged, non-square, one valid key or query in a tile
+    (2, 3, 1552, 1040),
+    (1, 2, 3 * 128 + 1, 2 * 128 + 1),
+    (2, None, 3 * 64 + 1, 2 * 64 + 1),
+    (1, 2, 200, 900),
+]
+
+
+def _inputs(fresh_inputs, b, h, n_q, n_k, d, dtype=torch.bfloat16):
+    shape_q = (b, n_q, d) if h is None else (b, h, n_q, d)
+    shape_kv = (b, n_k, d) if h is None else (b, h, n_k, d)
+    return fresh_inputs(shape_q, shape_kv, dtype, "cuda")
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_ragged_nonsquare_shapes_and_both_layouts(case, fresh_inputs, nan_outputs, assert_matches_reference):
+    d, causal, variant = case
+    for b, h, n_q, n_k in GPU_SHAPES:
+        q, k, v, seed = _inputs(fresh_inputs, b, h, n_q, n_k, d)
+        out, lse = nan_outputs(q)
+        flash_attn_fwd_gluon(q, k, v, causal, variant=variant, out=out, lse=lse)
+        assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{case} {(b, h, n_q, n_k)}")
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_short_and_tile_edge_lengths(variant, causal, fresh_inputs, nan_outputs, assert_matches_reference):
+    for n in [*range(1, 18), 63, 64, 65, 127, 128, 129]:
+        q, k, v, seed = _inputs(fresh_inputs, 2, 2, n, n, 64, torch.float16)
+        out, lse = nan_outputs(q)
+        flash_attn_fwd_gluon(q, k, v, causal, variant=variant, out=out, lse=lse)
+        assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{variant} N={n}")
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("config", FALLBACKS + [GluonConfig("ws", 128, 128, 2, persistent=0),
+                                                GluonConfig("pipelined", 128, 128, 2, persistent=1)],
+                         ids=lambda c: f"{c.variant}-{c.block_m}x{c.block_n}-s{c.num_stages}-p{c.persistent}")
+def test_every_knob_setting_is_right(config, fresh_inputs, nan_outputs, assert_matches_reference):
+    knobs = {name: getattr(config, name) for name in GluonConfig.__dataclass_fields__ if name != "variant"}
+    for causal in (False, True):
+        q, k, v, seed = _inputs(fresh_inputs, 2, 3, 777, 333 if causal else 1000, 128)
+        out, lse = nan_outputs(q)
+        flash_attn_fwd_gluon(q, k, v, causal, variant=config.variant, **knobs, out=out, lse=lse)
+        assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{config} causal={causal}")
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_no_keys_and_returned_outputs(fresh_inputs):
+    q, k, v, _ = _inputs(fresh_inputs, 1, 2, 70, 0, 64)
+    out, lse = flash_attn_fwd_gluon(q, k, v)
+    assert torch.equal(out, torch.zeros_like(out)) and bool(torch.isneginf(lse).all())
+    q, k, v, _ = _inputs(fresh_inputs, 1, 2, 70, 50, 64)
+    out, lse = flash_attn_fwd_gluon(q, k, v, True, variant="ws")
+    assert out.shape == q.shape and lse.shape == q.shape[:-1] and lse.dtype == torch.float32
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_refusals_name_the_fix():
+    q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float32)
+    with pytest.raises(TypeError, match="float16 and bfloat16"):
+        flash_attn_fwd_gluon(q, q, q)
+    with pytest.raises(ValueError, match="head dim 96"):
+        flash_attn_fwd_gluon(*(torch.randn(1, 2, 64, 96, device="cuda", dtype=torch.bfloat16),) * 3)
+    storage = torch.randn(1 * 2 * 64 * 64 + 1, device="cuda", dtype=torch.bfloat16)
+    shifted = storage[1:].view(1, 2, 64, 64)
+    with pytest.raises(ValueError, match=r"contiguous\(\)"):
+        flash_attn_fwd_gluon(shifted, shifted, shifted)
+
+
+CONSAN_SCRIPT = textwrap.dedent("""
+    import torch
+    import triton
+    from kernel.flash_fwd_gluon import flash_attn_fwd_gluon
+    from kernel.reference import accuracy
+    # ConSan keeps its state in global scratch memory, which the launch asks an allocator for.
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    for variant in ("pipelined", "ws"):
+        q, k, v = (torch.randn(1, 2, 200, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        out, lse = flash_attn_fwd_gluon(q, k, v, True, variant=variant, persistent=1)
+        torch.cuda.synchronize()
+        result = accuracy(out, lse, q, k, v, True)
+        assert result.ok, (variant, result.reason)
+    print("consan ok")
+""")
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_no_races_under_consan(tmp_path):
+    env = dict(os.environ, TRITON_INSTRUMENTATION_MODE="consan", TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    result = subprocess.run([sys.executable, "-c", CONSAN_SCRIPT], env=env, capture_output=True, text=True,
+                            timeout=300, cwd=ROOT)
+    assert result.returncode == 0 and "consan ok" in result.stdout, result.stderr[-4000:]
