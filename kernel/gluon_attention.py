@@ -214,10 +214,14 @@ def qk_mma(q, k):
 
 @jit
 def pv_mma(p, v, acc):
-    """acc += P V, issued (async): P fp32 in registers (cast and kept there as the A operand)."""
+    """acc += P V, issued (async): P fp32 in registers, cast and kept there as the A operand.
+
+    Returns (token, P operand): the wait that retires this wgmma must list the P operand in
+    its deps, so that its registers are not reused while the tensor cores still read them.
+    """
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
     p = gl.convert_layout(p.to(v.dtype), p_layout)
-    return warpgroup_mma(p, v, acc, is_async=True)
+    return warpgroup_mma(p, v, acc, is_async=True), p
 
 
 @jit
@@ -231,7 +235,8 @@ def step_simple(q, acc, m_i, l_i, j, ring, loader, count, n_tiles, offs_m, N_K, 
     p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, j * BLOCK_N, offs_m, N_K, qk_scale, MASKED, CAUSAL)
     acc = acc * rows_of(alpha, acc)[:, None]
     v = wait_v(ring, count + j)
-    acc = warpgroup_mma_wait(0, deps=[pv_mma(p, v, acc)])
+    acc_token, p_operand = pv_mma(p, v, acc)
+    acc, _ = warpgroup_mma_wait(0, deps=[acc_token, p_operand])
     release_v(ring, loader, count, j, n_tiles, INLINE_LOADS)
     return acc, m_i, l_i
 
@@ -281,13 +286,13 @@ def step_overlapped(q, acc, p, m_i, l_i, j, ring, loader, count, n_tiles, offs_m
     v = wait_v(ring, count + j - 1)
     take_turn(turns, turn, PINGPONG)
     s_token = qk_mma(q, k)
-    acc_token = pv_mma(p, v, acc)
+    acc_token, p_operand = pv_mma(p, v, acc)
     pass_turn(turns, PINGPONG)
     # wgmma groups complete in order: one outstanding means S_j is done, the PV may still run.
     s = warpgroup_mma_wait(1, deps=[s_token])
     release_k(ring, loader, count, j, n_tiles, INLINE_LOADS)
     p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, j * BLOCK_N, offs_m, N_K, qk_scale, MASKED, CAUSAL)
-    acc = warpgroup_mma_wait(0, deps=[acc_token])
+    acc, _ = warpgroup_mma_wait(0, deps=[acc_token, p_operand])
     release_v(ring, loader, count, j - 1, n_tiles, INLINE_LOADS)
     acc = acc * rows_of(alpha, acc)[:, None]
     return acc, p, m_i, l_i
@@ -321,9 +326,9 @@ def attend_overlapped(q, acc, m_i, l_i, ring, loader, count, n_full, n_tiles, of
     # The last PV.
     v = wait_v(ring, count + n_tiles - 1)
     take_turn(turns, turn, PINGPONG)
-    acc_token = pv_mma(p, v, acc)
+    acc_token, p_operand = pv_mma(p, v, acc)
     pass_turn(turns, PINGPONG)
-    acc = warpgroup_mma_wait(0, deps=[acc_token])
+    acc, _ = warpgroup_mma_wait(0, deps=[acc_token, p_operand])
     release_v(ring, loader, count, n_tiles - 1, n_tiles, INLINE_LOADS)
     return acc, m_i, l_i, turn + 1
 

@@ -7,8 +7,8 @@ stand-in tensors of the same shapes and strides, so 16-byte aligned pointers get
 constants (the JIT does that at run time; N_q = N_k = 1 is such a launch). Pointers are
 assumed 16-byte aligned, as the launcher requires.
 
-:func:`smem_bytes` predicts ``metadata.shared`` from the config alone; the compile tests
-check the two agree.
+``kernel.gluon_config.smem_bytes`` predicts ``metadata.shared`` from the config alone; the
+compile tests check that the two agree.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernel.flash_fwd_gluon import GluonConfig, gluon_api_support, launch_arguments
+from kernel.flash_fwd_gluon import gluon_api_support, launch_arguments
+from kernel.gluon_config import GluonConfig, smem_bytes
 
 TARGET_ARCH = 90
 
@@ -79,77 +80,48 @@ def cross_compile(config: GluonConfig, head_dim: int, causal: bool, n_q: int = 1
     return triton.compile(inputs.source(), target=GPUTarget("cuda", TARGET_ARCH, 32), options=inputs.options)
 
 
-# ------------------------------------------------------------------ shared-memory model
-
-# The warp-specialized kernel hands its worker partitions' arguments through shared memory
-# (Triton 3.6 lays them end to end and rounds the block to 16 bytes): a tensor descriptor or
-# a global pointer is 8 bytes, an int or float 4, a shared buffer 8 + 4 per dimension. The
-# producer takes q, k, v, Q buffers, the ring and its barriers, H, BH, N_q, N_k; a second
-# consumer adds the output descriptor and buffers, lse, the scale and, when it takes turns,
-# the turnstile. (A length the JIT made a constant 1 is not passed: 4 bytes the rounding absorbs.)
-WS_WORD_BYTES = 4          # and a word per worker partition, placed last
-
-
-def _ws_capture_bytes(consumers: int, pingpong: bool) -> int:
-    rank5, rank2 = 8 + 4 * 5, 8 + 4 * 2
-    size = 3 * 8 + 3 * rank5 + 6 * rank2 + 4 * 4          # producer
-    if consumers == 2:
-        size += 8 + rank5 + 8 + 4 + (rank2 if pingpong else 0)
-    return -(-size // 16) * 16
-
-
-def _place(sizes_and_alignments) -> int:
-    """The end of buffers placed one after another, each at the next multiple of its alignment."""
-    end = 0
-    for size, alignment in sizes_and_alignments:
-        end = -(-end // alignment) * alignment + size
-    return end
-
-
-def smem_bytes(config: GluonConfig, head_dim: int, element_bytes: int = 2) -> int:
-    """Shared memory of a config, as Triton 3.6 allocates it (bytes, = ``metadata.shared``).
-
-    Tiles first (multiples of 1 KB): the K and V ring, then Q (pipelined: Q's buffer also
-    stages the output; ws: a Q and an output buffer per consumer). Then the small buffers,
-    largest first, each 16-byte aligned: mbarrier arrays of 8 bytes a barrier (ready per
-    stage for K and V; ws also empty per stage, Q ready and empty per consumer, and the two
-    turnstile barriers when two consumers take turns), and for ws the captured arguments and
-    a word per worker partition last. With one consumer the turnstile is never used, and its
-    barriers share the capture block's place (they are dead after their initialisation).
-    """
-    stages = config.num_stages
-    kv_tile = config.block_n * head_dim * element_bytes
-    ring = 2 * stages * kv_tile
-    if config.variant == "pipelined":
-        tiles = ring + config.block_m * head_dim * element_bytes
-        small = [8 * stages, 8 * stages, 8]
-        return tiles + _place(sorted(((size, 16) for size in small), reverse=True))
-    consumers = config.consumers
-    tiles = ring + 2 * consumers * 64 * head_dim * element_bytes
-    small = ([_ws_capture_bytes(consumers, config.pingpong)] + [8 * stages] * 4 + [8 * consumers] * 2
-             + ([16] if config.pingpong else []))
-    placed = sorted(((size, 16) for size in small), reverse=True) + [(WS_WORD_BYTES * consumers, 4)]
-    return tiles + _place(placed)
-
-
 # ---------------------------------------------------------- many compiles, in a process
 
 PTX_MARKERS = {"wgmma": "wgmma.mma_async", "tma": "cp.async.bulk.tensor", "mbarrier": "mbarrier.try_wait",
                "setmaxnreg": "setmaxnreg"}
 
 
+def _nvidia_tool(name: str) -> str | None:
+    import os
+
+    import triton
+
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+    return path if os.path.exists(path) else None
+
+
+def ptxas_warnings(ptx: str) -> list[str] | None:
+    """ptxas's warnings on ``ptx`` for sm_90a (e.g. "wgmma.mma_async instructions are serialized",
+    a silent loss of the overlap), by the ptxas that ships with Triton; None where it is missing."""
+    import subprocess
+    import tempfile
+
+    tool = _nvidia_tool("ptxas")
+    if tool is None:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        source = f"{folder}/kernel.ptx"
+        with open(source, "w") as handle:
+            handle.write(ptx)
+        result = subprocess.run([tool, "--gpu-name", "sm_90a", "-v", source, "-o", f"{folder}/kernel.cubin"],
+                                capture_output=True, text=True, timeout=300)
+    return [line.strip() for line in (result.stdout + result.stderr).splitlines() if "warning" in line.lower()]
+
+
 def resource_usage(cubin: bytes) -> dict[str, int]:
     """Registers, stack (spills) and static shared memory of a cubin, by the cuobjdump that
     ships with Triton's NVIDIA backend (``{}`` where it is missing)."""
-    import os
     import re
     import subprocess
     import tempfile
 
-    import triton
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not os.path.exists(tool):
+    tool = _nvidia_tool("cuobjdump")
+    if tool is None:
         return {}
     with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
         handle.write(cubin)
@@ -180,6 +152,7 @@ def compile_report(case: dict) -> dict:
                 markers={name: marker in ptx for name, marker in PTX_MARKERS.items()},
                 regs=sorted(set(re.findall(r"(setmaxnreg\.\w+)\.sync\.aligned\.u32\s+(\d+);", ptx))),
                 maxnreg=re.findall(r"\.maxnreg (\d+)", ptx), resources=resource_usage(compiled.asm["cubin"]),
+                ptxas_warnings=ptxas_warnings(ptx),
                 constants={names[path[0]]: value for path, value in inputs.constexprs.items()
                            if not inputs.fn.params[path[0]].is_constexpr},
                 divisible=sorted(names[path[0]] for path, attr in inputs.attrs.items() if attr))

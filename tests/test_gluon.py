@@ -107,6 +107,7 @@ def test_default_configs_compile_for_sm90_with_the_hopper_pieces(case, compiled)
     if resources:               # cuobjdump ships with Triton's NVIDIA backend
         assert resources["SHARED"] == STATIC_SMEM, "static shared memory changed: the launch limit is off"
         assert resources["STACK"] == 0, f"register spills: {resources}"
+    assert not report["ptxas_warnings"], f"ptxas: {report['ptxas_warnings']}"
 
 
 @needs_gluon_api
@@ -144,7 +145,7 @@ def test_the_register_split_reaches_the_ptx(compiled):
 
 
 def test_the_smem_model_counts_tiles_and_barriers():
-    from kernel.gluon_compile import smem_bytes
+    from kernel.gluon_config import smem_bytes
 
     # 128x64 Q + 2 stages of 128x64 K and V, bf16; then 2 + 2 + 1 barriers of 8 bytes, 16-aligned.
     assert smem_bytes(GluonConfig("pipelined", 128, 128, 2), 64) == 16384 + 65536 + 16 + 16 + 8
