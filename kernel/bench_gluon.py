@@ -2,6 +2,7 @@
 
     python -m kernel.bench_gluon                       # B4 H8 N4096, D 64 and 128, causal and not
     python -m kernel.bench_gluon --head-dim 128 --variant ws --markdown docs/results/x.md
+    python -m kernel.bench_gluon --smoke --variant ws  # first contact: a few small checked calls
 
 Times come from :func:`kernel.timing.gpu_time` (CUDA-graph replay over input sets that do
 not fit in L2, as ``kernel.bench``). Before a variant is timed its output is checked against
@@ -66,6 +67,42 @@ def _reference(q, k, v, causal):
         outs.append(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
     spread = rel_err(outs[0], outs[-1]) if len(outs) > 1 else 0.0
     return outs[0], spread, flash_attn_fwd(q, k, v, causal)[1]
+
+
+# (D, causal, B, H or 0 for [B, N, D], N_q, N_k, knobs): small calls that reach every code path
+# of a variant (persistent loops over several tiles, causal, ragged, [B, N, D], N = 1).
+SMOKE_CASES = [
+    (64, False, 1, 2, 256, 256, {}),
+    (64, True, 4, 8, 2048 + 65, 2048 + 65, dict(persistent=1)),
+    (128, False, 2, 0, 129, 1000, {}),
+    (128, True, 1, 1, 1, 1, {}),
+]
+
+
+def smoke(variant: str) -> int:
+    """Run :data:`SMOKE_CASES` on ``variant``, one JSON line each as it finishes (a hang leaves
+    the last case missing: run this in a subprocess with a timeout); 1 if any was wrong."""
+    import json
+
+    from kernel.reference import accuracy
+
+    failed = 0
+    for d, causal, b, h, n_q, n_k, knobs in SMOKE_CASES:
+        shape_q, shape_k = ((b, n_q, d), (b, n_k, d)) if h == 0 else ((b, h, n_q, d), (b, h, n_k, d))
+        q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(shape_k, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device="cuda")
+        case = dict(variant=variant, D=d, causal=causal, shape=[b, h, n_q, n_k], knobs=knobs)
+        try:
+            flash_attn_fwd_gluon(q, k, v, causal, variant=variant, **knobs, out=out, lse=lse)
+            torch.cuda.synchronize()
+            result = accuracy(out, lse, q, k, v, causal)
+            case.update(ok=result.ok, reason=result.reason)
+        except Exception as exc:  # reported: the caller decides
+            case.update(ok=False, reason=_first_line(exc))
+        failed += not case["ok"]
+        print(json.dumps(case), flush=True)
+    return int(failed > 0)
 
 
 def _time(calls) -> float:
@@ -140,6 +177,7 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", action="append", choices=VARIANTS, help="only these variants (repeatable)")
     parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
     parser.add_argument("--markdown", help="also write the table here")
+    parser.add_argument("--smoke", action="store_true", help="only a few small checked calls per variant (JSON lines)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("python -m kernel.bench_gluon needs a CUDA GPU (an sm_90 H100/H200 with Triton 3.6): it times the "
@@ -150,9 +188,11 @@ def main(argv=None) -> int:
     if reason is not None:
         print(f"python -m kernel.bench_gluon: the Gluon forward cannot run here: {reason}", file=sys.stderr)
         return 2
+    variants = args.variant or list(VARIANTS)
+    if args.smoke:
+        return max(smoke(variant) for variant in variants)
     from kernel.timing import environment, environment_line, warm_gpu
 
-    variants = args.variant or list(VARIANTS)
     causals = {"yes": [True], "no": [False], "both": [False, True]}[args.causal]
     env = environment()
     warm_gpu()

@@ -1,10 +1,10 @@
 """FlashAttention forward for Hopper (sm_90) in Gluon: TMA, mbarriers and async wgmma, by hand.
 
-Read top to bottom: the version gate, the single-partition kernel, the description of a
-launch (:class:`GluonConfig` and the defaults), the input checks, and the launcher
-:func:`flash_attn_fwd_gluon`. The warp-specialized kernel is in ``flash_fwd_gluon_ws.py``,
-the device code both kernels share in ``gluon_attention.py``, and the cross-compiler and the
-shared-memory model in ``gluon_compile.py``.
+Read top to bottom: the version gate, the single-partition kernel, the input checks, the
+arguments of a launch (:func:`launch_arguments`) and the launcher :func:`flash_attn_fwd_gluon`.
+Elsewhere: the warp-specialized kernel in ``flash_fwd_gluon_ws.py``, the device code both
+kernels share in ``gluon_attention.py``, the knobs (:class:`GluonConfig`), defaults and the
+shared-memory model in ``gluon_config.py``, the cross-compiler in ``gluon_compile.py``.
 
 The contract is ``kernel.flash_fwd.flash_attn_fwd``'s: ``q`` [B, H, N_q, D] or [B, N_q, D],
 ``k``/``v`` [B, H, N_k, D] or [B, N_k, D]; any N_q, N_k >= 0; causal top-left aligned (key j
@@ -225,16 +225,18 @@ def _check_inputs(q, k, v, causal) -> None:
 
 def _tma_strides(name: str, t4: torch.Tensor) -> list[int]:
     """The strides a TMA descriptor of [B, H, N, D] view ``t4`` is given, after checking the
-    copy engine's rules: a 16-byte aligned start and row, head and batch strides in multiples
-    of 16 bytes. A dimension of size 1 is never stepped over, so its stride is replaced by a
-    legal one."""
+    copy engine's rules: a 16-byte aligned start and row, head and batch strides that are
+    positive multiples of 16 bytes. A dimension of size 1 is never stepped over, so its stride
+    is replaced by the one a contiguous tensor would have there."""
     element = t4.element_size()
-    legal = t4.stride(2) * max(t4.shape[2], 1)
-    strides = [legal if t4.shape[i] == 1 else t4.stride(i) for i in range(3)] + [1]
-    if t4.data_ptr() % 16 or any(s * element % 16 for s in strides[:3]):
-        raise ValueError(f"{name} does not suit the TMA copy engine: it needs a 16-byte aligned start and strides "
-                         f"in multiples of 16 bytes; got strides {tuple(t4.stride())} of {element}-byte elements at "
-                         f"address % 16 = {t4.data_ptr() % 16}; pass {name}.contiguous() (a fresh tensor is aligned)")
+    strides = [0, 0, 0, 1]
+    for i in (2, 1, 0):
+        strides[i] = t4.stride(i) if t4.shape[i] > 1 else strides[i + 1] * t4.shape[i + 1]
+    if t4.data_ptr() % 16 or any(s <= 0 or s * element % 16 for s in strides[:3]):
+        raise ValueError(f"{name} does not suit the TMA copy engine: it needs a 16-byte aligned start and "
+                         f"positive strides in multiples of 16 bytes; got strides {tuple(t4.stride())} of "
+                         f"{element}-byte elements at address % 16 = {t4.data_ptr() % 16}; pass {name}.contiguous() "
+                         "(a fresh tensor is aligned)")
     return strides
 
 

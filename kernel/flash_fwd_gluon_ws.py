@@ -59,9 +59,14 @@ def _producer(q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q
         for c in gl.static_range(CONSUMERS):
             # A fresh barrier counts as having completed the phase before 0: the first wait passes.
             mbarrier.wait(q_empty.index(c), (done & 1) ^ 1)
-            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
+            # The second consumer's rows can lie wholly past N_q (the last tile of a head): no copy
+            # of a box that is all out of bounds is issued, a plain arrival completes the phase, and
+            # that consumer works on stale rows it never stores.
+            rows_in = start_m + c * ROWS < N_Q
+            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes, pred=rows_in)
             tma.async_copy_global_to_shared(q_desc, [batch, head, start_m + c * ROWS, 0], q_ready.index(c),
-                                            q_bufs.index(c))
+                                            q_bufs.index(c), pred=rows_in)
+            mbarrier.arrive(q_ready.index(c), pred=start_m + c * ROWS >= N_Q)
         loader = (k_desc, v_desc, batch, head)
         for j in range(n_tiles):
             index = count + j
@@ -123,7 +128,8 @@ def _consumer(q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars,
         finish_rows(acc, m_i, l_i, o_buf.reshape([ROWS, HEAD_DIM]), LSE + bh.to(gl.int64) * N_Q + offs_m,
                     offs_m < N_Q)
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [batch, head, start_m + C * ROWS, 0], o_buf)
+        if start_m + C * ROWS < N_Q:               # no store of a box wholly past N_q
+            tma.async_copy_shared_to_global(o_desc, [batch, head, start_m + C * ROWS, 0], o_buf)
     tma.store_wait(0)
 
 

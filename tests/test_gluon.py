@@ -188,6 +188,51 @@ def test_the_gate_names_what_is_missing():
     assert supported()["unsupported_here"] == gluon_support()
 
 
+def test_tma_strides_take_any_aligned_layout_and_refuse_the_rest():
+    from kernel.flash_fwd_gluon import _tma_strides
+
+    bf16 = dict(dtype=torch.bfloat16)
+    assert _tma_strides("q", torch.empty(2, 3, 5, 64, **bf16)) == [960, 320, 64, 1]
+    # [B, N, H, D] seen as [B, H, N, D] (a transposed view) needs no copy.
+    assert _tma_strides("q", torch.empty(2, 5, 3, 64, **bf16).transpose(1, 2)) == [960, 64, 192, 1]
+    # Dimensions of size 1 are never stepped over: their strides are replaced by legal ones.
+    odd = torch.empty(1, 1, 1, 64, **bf16).as_strided((1, 1, 1, 64), (7, 3, 5, 1))
+    assert _tma_strides("q", odd) == [64, 64, 64, 1]
+    with pytest.raises(ValueError, match=r"k.contiguous\(\)"):
+        _tma_strides("k", torch.empty(2, 1, 5, 64, **bf16).expand(2, 3, 5, 64))       # a stride of 0
+    with pytest.raises(ValueError, match="address % 16 = 2"):
+        _tma_strides("v", torch.empty(2 * 3 * 5 * 64 + 1, **bf16)[1:].view(2, 3, 5, 64))
+
+
+def test_every_config_the_tests_launch_is_valid():
+    for config, _ in KNOB_CASES:
+        assert config.problems(128) == [], config
+    assert SPLIT.problems(128) == [] and SPLIT.maxnreg == 160
+
+
+def test_the_benchmark_checks_and_tabulates():
+    from kernel.bench_gluon import check_against_sdpa, table
+
+    sdpa = torch.randn(2, 4, 64, 64)
+    lse = torch.randn(2, 4, 64)
+    assert check_against_sdpa(sdpa.clone(), lse.clone(), (sdpa, 1e-3, lse)) is None
+    assert "out rel err" in check_against_sdpa(sdpa * 1.1, lse, (sdpa, 1e-3, lse))
+    assert "lse differs" in check_against_sdpa(sdpa, lse + 0.01, (sdpa, 1e-3, lse))
+    assert "NaN" in check_against_sdpa(sdpa * float("nan"), lse, (sdpa, 1e-3, lse))
+    row = dict(D=64, causal=True, ms=dict(triton=2.0, sdpa_flash=3.0, sdpa_cudnn=1.0, ws=1.0), notes=dict(
+        pipelined="CompilationError: boom"), tflops=dict(ws=400.0))
+    text = table([row], ["pipelined", "ws"], "GPU: test")
+    assert "| 64 | yes | ws | 1.0000 | 400 | 2.00 | 3.00 | 1.00 |  |" in text
+    assert "| 64 | yes | pipelined | n/a | 0 | n/a | n/a | n/a | CompilationError: boom |" in text
+
+
+def test_the_benchmark_wants_a_gpu(monkeypatch):
+    from kernel import bench_gluon
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench_gluon.main([]) == 2
+
+
 @pytest.mark.skipif(RUN_REASON is None, reason="this machine can run the Gluon forward")
 def test_calls_without_a_hopper_and_triton_36_raise_gluon_unavailable():
     q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
@@ -196,6 +241,44 @@ def test_calls_without_a_hopper_and_triton_36_raise_gluon_unavailable():
 
 
 # ------------------------------------------------------------------------- GPU tests
+
+SMOKE_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def smoke() -> dict:
+    """Each variant's smoke run (``python -m kernel.bench_gluon --smoke``) in a subprocess with a
+    timeout, before any test calls it in this process: a kernel that deadlocks on its barriers
+    then fails its tests at once, naming the case, instead of hanging the suite. The variants
+    run side by side."""
+    runs = {variant: subprocess.Popen([sys.executable, "-m", "kernel.bench_gluon", "--smoke", "--variant", variant],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+            for variant in VARIANTS}
+    return {variant: _smoke_verdict(run) for variant, run in runs.items()}
+
+
+def _smoke_verdict(run: subprocess.Popen) -> str | None:
+    """None for a smoke run whose cases all passed, else what went wrong (a hang is killed)."""
+    try:
+        stdout, stderr = run.communicate(timeout=SMOKE_TIMEOUT_S)
+        hung = False
+    except subprocess.TimeoutExpired:
+        run.kill()
+        stdout, stderr = run.communicate()
+        hung = True
+    cases = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    if hung:
+        return f"hung (no answer in {SMOKE_TIMEOUT_S} s) after {len(cases)} smoke cases, the last {cases[-1:]}"
+    bad = [case for case in cases if not case["ok"]]
+    if bad or run.returncode != 0 or not cases:
+        return f"smoke run failed: {bad[:1] or stderr[-1500:]}"
+    return None
+
+
+def _healthy(smoke: dict, variant: str) -> None:
+    if smoke[variant] is not None:
+        pytest.fail(f"{variant}: {smoke[variant]}")
+
 
 GPU_SHAPES = [  # (B, H or None for [B, N, D], N_q, N_k): ragged, non-square, one valid key or query in a tile
     (2, 3, 1552, 1040),
@@ -214,22 +297,30 @@ def _inputs(fresh_inputs, b, h, n_q, n_k, d, dtype=torch.bfloat16):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_ragged_nonsquare_shapes_and_both_layouts(case, fresh_inputs, nan_outputs, assert_matches_reference):
+def test_ragged_nonsquare_shapes_and_both_layouts(case, smoke, fresh_inputs, nan_outputs, assert_matches_reference):
     d, causal, variant = case
+    _healthy(smoke, variant)
     for b, h, n_q, n_k in GPU_SHAPES:
         q, k, v, seed = _inputs(fresh_inputs, b, h, n_q, n_k, d)
         out, lse = nan_outputs(q)
         flash_attn_fwd_gluon(q, k, v, causal, variant=variant, out=out, lse=lse)
         assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{case} {(b, h, n_q, n_k)}")
+    # [B, N, H, D] tensors seen as [B, H, N, D]: strided views, read in place by the descriptors.
+    q, k, v, seed = fresh_inputs((2, 300, 3, d), (2, 200, 3, d), torch.bfloat16, "cuda")
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    out, lse = nan_outputs(q)
+    flash_attn_fwd_gluon(q, k, v, causal, variant=variant, out=out, lse=lse)
+    assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{case} transposed view")
 
 
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("causal", [False, True])
-def test_short_and_tile_edge_lengths(variant, causal, fresh_inputs, nan_outputs, assert_matches_reference):
+def test_short_and_tile_edge_lengths(variant, causal, smoke, fresh_inputs, nan_outputs, assert_matches_reference):
+    _healthy(smoke, variant)
     for n in [*range(1, 18), 63, 64, 65, 127, 128, 129]:
-        q, k, v, seed = _inputs(fresh_inputs, 2, 2, n, n, 64, torch.float16)
+        q, k, v, seed = _inputs(fresh_inputs, 2, 2, n, n, 64)
         out, lse = nan_outputs(q)
         flash_attn_fwd_gluon(q, k, v, causal, variant=variant, out=out, lse=lse)
         assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{variant} N={n}")
@@ -237,21 +328,38 @@ def test_short_and_tile_edge_lengths(variant, causal, fresh_inputs, nan_outputs,
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("config", FALLBACKS + [GluonConfig("ws", 128, 128, 2, persistent=0),
-                                                GluonConfig("pipelined", 128, 128, 2, persistent=1)],
-                         ids=lambda c: f"{c.variant}-{c.block_m}x{c.block_n}-s{c.num_stages}-p{c.persistent}")
-def test_every_knob_setting_is_right(config, fresh_inputs, nan_outputs, assert_matches_reference):
-    knobs = {name: getattr(config, name) for name in GluonConfig.__dataclass_fields__ if name != "variant"}
-    for causal in (False, True):
-        q, k, v, seed = _inputs(fresh_inputs, 2, 3, 777, 333 if causal else 1000, 128)
-        out, lse = nan_outputs(q)
-        flash_attn_fwd_gluon(q, k, v, causal, variant=config.variant, **knobs, out=out, lse=lse)
-        assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{config} causal={causal}")
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_float16(variant, smoke, fresh_inputs, nan_outputs, assert_matches_reference):
+    _healthy(smoke, variant)
+    q, k, v, seed = _inputs(fresh_inputs, 2, 3, 333, 517, 128, torch.float16)
+    out, lse = nan_outputs(q)
+    flash_attn_fwd_gluon(q, k, v, True, variant=variant, out=out, lse=lse)
+    assert_matches_reference(out, lse, q, k, v, True, seed, label=f"{variant} fp16")
+
+
+# Each fallback and knob setting, on one mask each (a compile each); both masks occur for each variant.
+KNOB_CASES = [(config, index % 2 == 1) for index, config in enumerate(
+    FALLBACKS + [GluonConfig("ws", 128, 128, 2, persistent=0), GluonConfig("pipelined", 128, 128, 2, persistent=1)])]
 
 
 @pytest.mark.gpu
 @needs_hopper
-def test_no_keys_and_returned_outputs(fresh_inputs):
+@pytest.mark.parametrize("config, causal", KNOB_CASES,
+                         ids=lambda c: f"{c.variant}-{c.block_m}x{c.block_n}-s{c.num_stages}-p{c.persistent}"
+                         if isinstance(c, GluonConfig) else ("causal" if c else "full"))
+def test_every_knob_setting_is_right(config, causal, smoke, fresh_inputs, nan_outputs, assert_matches_reference):
+    _healthy(smoke, config.variant)
+    knobs = {name: getattr(config, name) for name in GluonConfig.__dataclass_fields__ if name != "variant"}
+    q, k, v, seed = _inputs(fresh_inputs, 2, 3, 777, 333 if causal else 1000, 128)
+    out, lse = nan_outputs(q)
+    flash_attn_fwd_gluon(q, k, v, causal, variant=config.variant, **knobs, out=out, lse=lse)
+    assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{config} causal={causal}")
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_no_keys_and_returned_outputs(smoke, fresh_inputs):
+    _healthy(smoke, "ws")
     q, k, v, _ = _inputs(fresh_inputs, 1, 2, 70, 0, 64)
     out, lse = flash_attn_fwd_gluon(q, k, v)
     assert torch.equal(out, torch.zeros_like(out)) and bool(torch.isneginf(lse).all())
@@ -293,7 +401,9 @@ CONSAN_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.gpu
 @needs_hopper
-def test_no_races_under_consan(tmp_path):
+def test_no_races_under_consan(smoke, tmp_path):
+    _healthy(smoke, "pipelined")
+    _healthy(smoke, "ws")
     env = dict(os.environ, TRITON_INSTRUMENTATION_MODE="consan", TRITON_CACHE_DIR=str(tmp_path / "cache"))
     result = subprocess.run([sys.executable, "-c", CONSAN_SCRIPT], env=env, capture_output=True, text=True,
                             timeout=300, cwd=ROOT)
