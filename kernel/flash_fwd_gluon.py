@@ -126,11 +126,31 @@ def supported() -> dict:
 # ---------------------------------------------------------------------------------- kernel
 
 
+@jit
+def _allocate(q_desc, k_desc, v_desc, NUM_STAGES: gl.constexpr):
+    """(Q buffer, its barrier, the key ring) of the single partition, barriers initialised.
+
+    Q's buffer doubles as the output's staging buffer: Q is dead once the last S wgmma is done.
+    The ring has no empty barriers: the partition issues each load after its own wgmma waits.
+    """
+    dtype: gl.constexpr = q_desc.dtype
+    qo_buf = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+    return qo_buf, q_bar, (k_bufs, v_bufs, k_ready, v_ready, k_ready, v_ready)
+
+
 @jit(do_not_specialize=UNSPECIALISED)
 def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, qk_scale,
                           CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, NUM_STAGES: gl.constexpr):
     """One partition: query tiles pid, pid + programs, ... of the [B*H, tiles] grid."""
-    dtype: gl.constexpr = q_desc.dtype
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
@@ -142,18 +162,7 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, 
                                                        instr_shape=[16, HEAD_DIM, 16])
     rows: gl.constexpr = gl.SliceLayout(1, s_layout)
 
-    # Q's buffer doubles as the output's staging buffer: Q is dead once the last S wgmma is done.
-    qo_buf = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
-    k_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES] + k_desc.block_type.shape, k_desc.layout)
-    v_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-    ring = (k_bufs, v_bufs, k_ready, v_ready, k_ready, v_ready)    # no empty barriers: loads are inline
+    qo_buf, q_bar, ring = _allocate(q_desc, k_desc, v_desc, NUM_STAGES)
     q = qo_buf.reshape([BLOCK_M, HEAD_DIM])
 
     tiles_m = gl.cdiv(N_Q, BLOCK_M)
