@@ -28,6 +28,7 @@ loop runs once), ``persistent=P`` launches P programs per SM; causal tiles go he
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from dataclasses import replace
@@ -73,6 +74,7 @@ class GluonUnavailable(RuntimeError):
     """This Triton, or this device, cannot run the Gluon forward; the message says what is missing."""
 
 
+@functools.cache
 def gluon_api_support() -> str | None:
     """None when this Triton's Gluon has the API the kernels are written in (Triton 3.6's), else why not.
 
@@ -303,8 +305,14 @@ def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool):
 def _grid(config: GluonConfig, batch_heads: int, n_q: int, device) -> tuple[int]:
     tiles = triton.cdiv(n_q, config.block_m) * batch_heads
     if config.persistent:
-        return (min(tiles, config.persistent * torch.cuda.get_device_properties(device).multi_processor_count),)
+        return (min(tiles, config.persistent * _sm_count(device.index)),)
     return (tiles,)
+
+
+@functools.cache
+def _sm_count(index: int | None) -> int:
+    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
+                                            ).multi_processor_count
 
 
 def _config_from(variant, head_dim, causal, knobs: dict) -> GluonConfig:
@@ -369,6 +377,11 @@ def flash_attn_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
 
 def _capability_of(t) -> int | None:
     if isinstance(t, torch.Tensor) and t.device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(t.device)
-        return 10 * major + minor
+        return _capability(t.device.index if t.device.index is not None else torch.cuda.current_device())
     return None
+
+
+@functools.cache
+def _capability(index: int) -> int:
+    major, minor = torch.cuda.get_device_capability(index)
+    return 10 * major + minor

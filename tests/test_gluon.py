@@ -188,6 +188,25 @@ def test_the_gate_names_what_is_missing():
     assert supported()["unsupported_here"] == gluon_support()
 
 
+def test_without_gluon_the_module_imports_and_says_what_is_missing():
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["triton.experimental.gluon"] = None          # a Triton without Gluon
+        import torch
+        import kernel.bench_gluon, kernel.gluon_compile, kernel.flash_fwd_gluon_ws
+        from kernel.flash_fwd_gluon import GluonUnavailable, flash_attn_fwd_gluon, gluon_support
+        assert "has no Gluon" in gluon_support(90), gluon_support(90)
+        q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
+        try:
+            flash_attn_fwd_gluon(q, q, q)
+        except GluonUnavailable as exc:
+            print("refused:", exc)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "refused: Triton" in result.stdout and "has no Gluon" in result.stdout
+
+
 def test_tma_strides_take_any_aligned_layout_and_refuse_the_rest():
     from kernel.flash_fwd_gluon import _tma_strides
 
@@ -242,7 +261,7 @@ def test_calls_without_a_hopper_and_triton_36_raise_gluon_unavailable():
 
 # ------------------------------------------------------------------------- GPU tests
 
-SMOKE_TIMEOUT_S = 240
+SMOKE_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
