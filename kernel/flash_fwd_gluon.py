@@ -244,9 +244,10 @@ def _tma_strides(name: str, t4: torch.Tensor) -> list[int]:
     for i in (2, 1, 0):
         strides[i] = t4.stride(i) if t4.shape[i] > 1 else strides[i + 1] * t4.shape[i + 1]
     if t4.data_ptr() % 16 or any(s <= 0 or s * element % 16 for s in strides[:3]):
+        fix = "out=None or a fresh out" if name == "out" else f"{name}.contiguous()"
         raise ValueError(f"{name} does not suit the TMA copy engine: it needs a 16-byte aligned start and "
                          f"positive strides in multiples of 16 bytes; got strides {tuple(t4.stride())} of "
-                         f"{element}-byte elements at address % 16 = {t4.data_ptr() % 16}; pass {name}.contiguous() "
+                         f"{element}-byte elements at address % 16 = {t4.data_ptr() % 16}; pass {fix} "
                          "(a fresh tensor is aligned)")
     return strides
 
