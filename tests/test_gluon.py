@@ -146,6 +146,22 @@ def test_the_register_split_reaches_the_ptx(compiled):
     assert ["setmaxnreg.inc", "232"] in report["regs"], "the second consumer takes its share"
 
 
+@needs_gluon_api
+def test_both_variants_compile_under_consan():
+    """The GPU's ConSan run needs the instrumented binaries, which compile here too."""
+    payload = [dict(config=dict(variant=variant, persistent=1), head_dim=64, causal=True, n_q=200, n_k=200)
+               for variant in VARIANTS]
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-m", "kernel.gluon_compile"], input=json.dumps(payload), timeout=900,
+                            env=dict(env, TRITON_INSTRUMENTATION_MODE="consan"), capture_output=True, text=True,
+                            cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for report in json.loads(result.stdout):
+        _ok(report)
+        if report["resources"]:
+            assert report["resources"]["STACK"] > 0, "not instrumented (ConSan keeps its state on the stack)"
+
+
 # --------------------------------------------------------------- gate tests (any Triton)
 
 
