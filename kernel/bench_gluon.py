@@ -2,6 +2,7 @@
 
     python -m kernel.bench_gluon                       # B4 H8 N4096, D 64 and 128, causal and not
     python -m kernel.bench_gluon --head-dim 128 --variant ws --markdown docs/results/x.md
+    python -m kernel.bench_gluon --ablation            # and each variant with one piece taken away
     python -m kernel.bench_gluon --smoke --variant ws  # first contact: a few small checked calls
 
 Times come from :func:`kernel.timing.gpu_time` (CUDA-graph replay over input sets that do
@@ -13,6 +14,7 @@ with the first line of its error and skipped, and the run goes on. Exits 2 witho
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from dataclasses import asdict
 
@@ -21,6 +23,17 @@ import torch
 from kernel.flash_fwd_gluon import VARIANTS, default_gluon_config, flash_attn_fwd_gluon, gluon_support
 
 SHAPE = dict(batch=4, heads=8, n=4096)
+# What each piece buys: the variants' defaults, then each with one piece taken away (--ablation).
+CANDIDATES = {
+    "pipelined": ("pipelined", {}),
+    "ws": ("ws", {}),
+    "pipelined-in-order": ("pipelined", dict(overlap=False)),
+    "pipelined-persistent": ("pipelined", dict(persistent=1)),
+    "ws-no-pingpong": ("ws", dict(pingpong=False)),
+    "ws-in-order": ("ws", dict(overlap=False, pingpong=False)),
+    "ws-one-consumer": ("ws", dict(block_m=64)),
+    "ws-not-persistent": ("ws", dict(persistent=0)),
+}
 
 
 def _first_line(exc: BaseException) -> str:
@@ -79,9 +92,9 @@ SMOKE_CASES = [
 ]
 
 
-def smoke(variant: str) -> int:
-    """Run :data:`SMOKE_CASES` on ``variant``, one JSON line each as it finishes (a hang leaves
-    the last case missing: run this in a subprocess with a timeout); 1 if any was wrong."""
+def smoke(name: str) -> int:
+    """Run :data:`SMOKE_CASES` on candidate ``name``, one JSON line each as it finishes (a hang
+    leaves the last case missing: run this in a subprocess with a timeout); 1 if any was wrong."""
     import json
 
     from kernel.reference import accuracy
@@ -92,7 +105,9 @@ def smoke(variant: str) -> int:
         q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(shape_k, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         out, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device="cuda")
-        case = dict(variant=variant, D=d, causal=causal, shape=[b, h, n_q, n_k], knobs=knobs)
+        variant, overrides = CANDIDATES[name]
+        knobs = {**knobs, **overrides}
+        case = dict(variant=name, D=d, causal=causal, shape=[b, h, n_q, n_k], knobs=knobs)
         try:
             flash_attn_fwd_gluon(q, k, v, causal, variant=variant, **knobs, out=out, lse=lse)
             torch.cuda.synchronize()
@@ -103,6 +118,13 @@ def smoke(variant: str) -> int:
         failed += not case["ok"]
         print(json.dumps(case), flush=True)
     return int(failed > 0)
+
+
+def _settle() -> None:
+    """Let a failed call's work finish; after a device fault the context is gone and every later
+    call fails too, each reported the same way, but the run still ends with its table."""
+    with contextlib.suppress(Exception):   # the fault was reported with the call that caused it
+        torch.cuda.synchronize()
 
 
 def _time(calls) -> float:
@@ -125,8 +147,9 @@ def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16) -> d
         row["notes"]["triton"] = _first_line(exc)
     for name, result in time_sdpa([s[:3] for s in sets], causal, host=False).items():
         row["ms"][f"sdpa_{name}"] = result["ms"]
-    for variant in variants:
-        config = asdict(default_gluon_config(head_dim, causal, variant))
+    for name in variants:
+        variant, overrides = CANDIDATES[name]
+        config = asdict(default_gluon_config(head_dim, causal, variant)) | overrides
         knobs = {key: value for key, value in config.items() if key != "variant"}
         call = lambda s, variant=variant, knobs=knobs: flash_attn_fwd_gluon(
             s[0], s[1], s[2], causal, variant=variant, **knobs, out=s[3], lse=s[4])
@@ -136,11 +159,11 @@ def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16) -> d
             wrong = check_against_sdpa(sets[0][3], sets[0][4], reference)
             if wrong:
                 raise AssertionError(wrong)
-            row["ms"][variant] = _time([lambda s=s, call=call: call(s) for s in sets])
+            row["ms"][name] = _time([lambda s=s, call=call: call(s) for s in sets])
         except Exception as exc:  # reported and skipped: the other variants still run
-            torch.cuda.synchronize()
-            row["notes"][variant] = _first_line(exc)
-            print(f"  D={head_dim} causal={causal} {variant}: skipped, {row['notes'][variant]}", file=sys.stderr)
+            _settle()
+            row["notes"][name] = _first_line(exc)
+            print(f"  D={head_dim} causal={causal} {name}: skipped, {row['notes'][name]}", file=sys.stderr)
     flops = attention_flops(SHAPE["batch"], SHAPE["heads"], SHAPE["n"], SHAPE["n"], head_dim, causal)
     row["tflops"] = {name: flops / ms * 1e-9 for name, ms in row["ms"].items() if ms}
     return row
@@ -174,7 +197,9 @@ def table(rows, variants, env_line: str) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernel.bench_gluon", description=__doc__.splitlines()[0])
     parser.add_argument("--head-dim", type=int, action="append", choices=(64, 128), help="only these (repeatable)")
-    parser.add_argument("--variant", action="append", choices=VARIANTS, help="only these variants (repeatable)")
+    parser.add_argument("--variant", action="append", choices=list(CANDIDATES),
+                        help="only these variants (repeatable; default: pipelined and ws)")
+    parser.add_argument("--ablation", action="store_true", help="every variant with each piece taken away too")
     parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
     parser.add_argument("--markdown", help="also write the table here")
     parser.add_argument("--smoke", action="store_true", help="only a few small checked calls per variant (JSON lines)")
@@ -188,9 +213,9 @@ def main(argv=None) -> int:
     if reason is not None:
         print(f"python -m kernel.bench_gluon: the Gluon forward cannot run here: {reason}", file=sys.stderr)
         return 2
-    variants = args.variant or list(VARIANTS)
+    variants = list(CANDIDATES) if args.ablation else args.variant or list(VARIANTS)
     if args.smoke:
-        return max(smoke(variant) for variant in variants)
+        return max(smoke(name) for name in variants)
     from kernel.timing import environment, environment_line, warm_gpu
 
     causals = {"yes": [True], "no": [False], "both": [False, True]}[args.causal]

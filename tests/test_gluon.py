@@ -337,6 +337,18 @@ def test_the_benchmark_checks_and_tabulates():
     assert "| 64 | yes | pipelined | n/a | 0 | n/a | n/a | n/a | CompilationError: boom |" in text
 
 
+def test_every_benchmark_candidate_is_a_valid_config():
+    from dataclasses import replace
+
+    from kernel.bench_gluon import CANDIDATES
+
+    for variant, overrides in CANDIDATES.values():
+        for d in (64, 128):
+            for causal in (False, True):
+                config = replace(default_gluon_config(d, causal, variant), **overrides)
+                assert config.problems(d) == [], (variant, overrides, d)
+
+
 def test_the_benchmark_wants_a_gpu(monkeypatch):
     from kernel import bench_gluon
 
