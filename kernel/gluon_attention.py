@@ -213,15 +213,19 @@ def qk_mma(q, k):
 
 
 @jit
-def pv_mma(p, v, acc):
-    """acc += P V, issued (async): P fp32 in registers, cast and kept there as the A operand.
-
-    Returns (token, P operand): the wait that retires this wgmma must list the P operand in
-    its deps, so that its registers are not reused while the tensor cores still read them.
-    """
+def p_operand(p, acc, ring):
+    """P (fp32, S's layout) as the wgmma A operand of ``acc += P V``: cast to V's dtype and
+    kept in registers. Done before a turn is taken, so a turn holds the wgmma issues only."""
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
-    p = gl.convert_layout(p.to(v.dtype), p_layout)
-    return warpgroup_mma(p, v, acc, is_async=True), p
+    return gl.convert_layout(p.to(ring[1].dtype), p_layout)
+
+
+@jit
+def pv_mma(p_op, v, acc):
+    """acc += P V, issued (async), P from :func:`p_operand`. The wait that retires this wgmma
+    must list ``p_op`` in its deps, so that its registers are not reused while the tensor
+    cores still read them."""
+    return warpgroup_mma(p_op, v, acc, is_async=True)
 
 
 @jit
@@ -234,9 +238,9 @@ def step_simple(q, acc, m_i, l_i, j, ring, loader, count, n_tiles, offs_m, N_K, 
     release_k(ring, loader, count, j, n_tiles, INLINE_LOADS)
     p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, j * BLOCK_N, offs_m, N_K, qk_scale, MASKED, CAUSAL)
     acc = acc * rows_of(alpha, acc)[:, None]
+    p_op = p_operand(p, acc, ring)
     v = wait_v(ring, count + j)
-    acc_token, p_operand = pv_mma(p, v, acc)
-    acc, _ = warpgroup_mma_wait(0, deps=[acc_token, p_operand])
+    acc, _ = warpgroup_mma_wait(0, deps=[pv_mma(p_op, v, acc), p_op])
     release_v(ring, loader, count, j, n_tiles, INLINE_LOADS)
     return acc, m_i, l_i
 
@@ -282,17 +286,18 @@ def step_overlapped(q, acc, p, m_i, l_i, j, ring, loader, count, n_tiles, offs_m
     """Key tile j >= 1: S_j = Q K_j^T and O += P_{j-1} V_{j-1} issued together, softmax of S_j
     while the PV wgmma runs, then O *= alpha_j. Returns (acc, p_j, m, l)."""
     BLOCK_N: gl.constexpr = ring[0].shape[3]
+    p_op = p_operand(p, acc, ring)
     k = wait_k(ring, count + j)
     v = wait_v(ring, count + j - 1)
     take_turn(turns, turn, PINGPONG)
     s_token = qk_mma(q, k)
-    acc_token, p_operand = pv_mma(p, v, acc)
+    acc_token = pv_mma(p_op, v, acc)
     pass_turn(turns, PINGPONG)
     # wgmma groups complete in order: one outstanding means S_j is done, the PV may still run.
     s = warpgroup_mma_wait(1, deps=[s_token])
     release_k(ring, loader, count, j, n_tiles, INLINE_LOADS)
     p, alpha, m_i, l_i = softmax_tile(s, m_i, l_i, j * BLOCK_N, offs_m, N_K, qk_scale, MASKED, CAUSAL)
-    acc, _ = warpgroup_mma_wait(0, deps=[acc_token, p_operand])
+    acc, _ = warpgroup_mma_wait(0, deps=[acc_token, p_op])
     release_v(ring, loader, count, j - 1, n_tiles, INLINE_LOADS)
     acc = acc * rows_of(alpha, acc)[:, None]
     return acc, p, m_i, l_i
@@ -324,11 +329,12 @@ def attend_overlapped(q, acc, m_i, l_i, ring, loader, count, n_full, n_tiles, of
                                            qk_scale, turns, turn, True, CAUSAL, INLINE_LOADS, PINGPONG)
         turn += 1
     # The last PV.
+    p_op = p_operand(p, acc, ring)
     v = wait_v(ring, count + n_tiles - 1)
     take_turn(turns, turn, PINGPONG)
-    acc_token, p_operand = pv_mma(p, v, acc)
+    acc_token = pv_mma(p_op, v, acc)
     pass_turn(turns, PINGPONG)
-    acc, _ = warpgroup_mma_wait(0, deps=[acc_token, p_operand])
+    acc, _ = warpgroup_mma_wait(0, deps=[acc_token, p_op])
     release_v(ring, loader, count, n_tiles - 1, n_tiles, INLINE_LOADS)
     return acc, m_i, l_i, turn + 1
 
