@@ -79,16 +79,28 @@ def _compile_cases() -> dict:
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    """Every compile case, cross-compiled in one fresh process outside Triton's interpreter
-    (the CPU tests run under TRITON_INTERPRET=1, which Gluon's compiler cannot work under)."""
+    """Every compile case, cross-compiled in fresh processes outside Triton's interpreter (the
+    CPU tests run under TRITON_INTERPRET=1, which Gluon's compiler cannot work under), one
+    process per core, side by side."""
     cases = _compile_cases()
     payload = [dict(config=asdict(config), head_dim=d, causal=causal, n_q=n, n_k=n)
                for config, d, causal, n in cases.values()]
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-m", "kernel.gluon_compile"], input=json.dumps(payload), env=env,
-                            capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return dict(zip(cases, json.loads(result.stdout)))
+    return dict(zip(cases, _cross_compile_in_processes(payload)))
+
+
+def _cross_compile_in_processes(payload: list, extra_env: dict | None = None) -> list:
+    """``python -m kernel.gluon_compile`` on ``payload``, split over up to 4 processes."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"} | (extra_env or {})
+    workers = max(1, min(4, os.cpu_count() or 1, len(payload)))
+    chunks = [payload[i::workers] for i in range(workers)]
+    runs = [subprocess.Popen([sys.executable, "-m", "kernel.gluon_compile"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+            for _ in chunks]
+    outputs = [run.communicate(json.dumps(chunk), timeout=900) for run, chunk in zip(runs, chunks)]
+    for run, (_, stderr) in zip(runs, outputs):
+        assert run.returncode == 0, stderr[-4000:]
+    reports = [json.loads(stdout) for stdout, _ in outputs]
+    return [reports[i % workers][i // workers] for i in range(len(payload))]
 
 
 def _ok(report: dict) -> dict:
@@ -151,12 +163,7 @@ def test_both_variants_compile_under_consan():
     """The GPU's ConSan run needs the instrumented binaries, which compile here too."""
     payload = [dict(config=dict(variant=variant, persistent=1), head_dim=64, causal=True, n_q=200, n_k=200)
                for variant in VARIANTS]
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-m", "kernel.gluon_compile"], input=json.dumps(payload), timeout=900,
-                            env=dict(env, TRITON_INSTRUMENTATION_MODE="consan"), capture_output=True, text=True,
-                            cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-4000:]
-    for report in json.loads(result.stdout):
+    for report in _cross_compile_in_processes(payload, dict(TRITON_INSTRUMENTATION_MODE="consan")):
         _ok(report)
         if report["resources"]:
             assert report["resources"]["STACK"] > 0, "not instrumented (ConSan keeps its state on the stack)"
