@@ -519,8 +519,10 @@ CONSAN_SCRIPT = textwrap.dedent("""
     from kernel.reference import accuracy
     # ConSan keeps its state in global scratch memory, which the launch asks an allocator for.
     triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    # 80 heads of 2 query tiles: more tiles than the 132 programs of a persistent grid, so some
+    # programs reuse their Q, output and key buffers for a second tile.
     for variant in ("pipelined", "ws"):
-        q, k, v = (torch.randn(1, 2, 200, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = (torch.randn(1, 80, 200, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         out, lse = flash_attn_fwd_gluon(q, k, v, True, variant=variant, persistent=1)
         torch.cuda.synchronize()
         result = accuracy(out, lse, q, k, v, True)
@@ -531,10 +533,10 @@ CONSAN_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.gpu
 @needs_hopper
-def test_no_races_under_consan(smoke, tmp_path):
+def test_no_races_under_consan(smoke):
     _healthy(smoke, "pipelined")
     _healthy(smoke, "ws")
-    env = dict(os.environ, TRITON_INSTRUMENTATION_MODE="consan", TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, TRITON_INSTRUMENTATION_MODE="consan")
     result = subprocess.run([sys.executable, "-c", CONSAN_SCRIPT], env=env, capture_output=True, text=True,
-                            timeout=300, cwd=ROOT)
+                            timeout=240, cwd=ROOT)
     assert result.returncode == 0 and "consan ok" in result.stdout, result.stderr[-4000:]
