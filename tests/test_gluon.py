@@ -4,7 +4,8 @@
   the Hopper pieces, and its shared memory is the model's figure. Skipped, with the reason,
   on a Triton whose Gluon API is not 3.6's (CI's main suite runs Triton 3.9; .ci/run runs
   this file again in a small Triton 3.6 venv).
-* Gate tests (any Triton): the version gate and the config checks say what is wrong.
+* (The gates, on any Triton, are in test_gluon_gate.py; the schedule's arithmetic, mirrored in
+  PyTorch, in test_gluon_schedule.py.)
 * GPU tests (``gpu`` mark, an sm_90 GPU with Triton 3.6): against the float32 reference by
   the project's accuracy rule, on NaN-filled outputs and fresh random inputs.
 """
@@ -12,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -23,18 +23,14 @@ import pytest
 import torch
 
 from kernel.flash_fwd_gluon import (
-    GLUON_DEFAULTS,
     SMEM_LIMIT,
     STATIC_SMEM,
     VARIANTS,
     GluonConfig,
-    GluonUnavailable,
     default_gluon_config,
     flash_attn_fwd_gluon,
     gluon_api_support,
-    gluon_configs,
     gluon_support,
-    supported,
 )
 
 API_REASON = gluon_api_support()
@@ -42,7 +38,6 @@ needs_gluon_api = pytest.mark.skipif(API_REASON is not None, reason=f"compile te
                                                                     f"{API_REASON}")
 RUN_REASON = gluon_support() if torch.cuda.is_available() else "needs a CUDA GPU"
 needs_hopper = pytest.mark.skipif(RUN_REASON is not None, reason=str(RUN_REASON))
-LOG2E = 1.4426950408889634
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = [(d, causal, variant) for d in (64, 128) for causal in (False, True) for variant in VARIANTS]
 
@@ -167,207 +162,6 @@ def test_both_variants_compile_under_consan():
         _ok(report)
         if report["resources"]:
             assert report["resources"]["STACK"] > 0, "not instrumented (ConSan keeps its state on the stack)"
-
-
-# --------------------------------------------------------------- gate tests (any Triton)
-
-
-def _key_tile(t, j, block_n):
-    """Key tile j of t [N, D], zero past N (as the copy engine fills it)."""
-    tile = torch.zeros(block_n, t.shape[1])
-    valid = max(0, min(block_n, t.shape[0] - j * block_n))
-    tile[:valid] = t[j * block_n:j * block_n + valid]
-    return tile
-
-
-def _consumer_model(q, k, v, first, rows, full, total, causal, block_n):
-    """One consumer's rows [first, first + rows) of one head, as ``attend_overlapped`` does them:
-    tile 0 through the mask, later tiles masked from max(full, 1), P_{j-1} V_{j-1} added before
-    the rescale by tile j's alpha, the last PV after the loop. Returns (out, lse) of the rows."""
-    scale = LOG2E / math.sqrt(q.shape[1])
-    offs = torch.arange(first, first + rows)
-    q_rows = _key_tile(q, 0, first + rows)[first:]                     # rows past N_q are zeros
-    m_i, l_i, acc = torch.full((rows,), -math.inf), torch.zeros(rows), torch.zeros(rows, q.shape[1])
-    for j in range(total):
-        keys = torch.arange(j * block_n, (j + 1) * block_n)
-        s = q_rows @ _key_tile(k, j, block_n).T
-        if j == 0 or j >= max(full, 1):
-            keep = (keys[None, :] < k.shape[0]) & ((keys[None, :] <= offs[:, None]) if causal else True)
-            s = torch.where(keep, s, -math.inf)
-        m_new = torch.maximum(m_i, s.max(1).values * scale)
-        p = torch.exp2(s * scale - m_new[:, None])
-        alpha = torch.exp2(m_i - m_new)
-        l_i = l_i * alpha + p.sum(1)
-        if j > 0:
-            acc = (acc + p_prev @ v_prev) * alpha[:, None]              # noqa: F821 (set on tile 0)
-        m_i, p_prev, v_prev = m_new, p, _key_tile(v, j, block_n)
-    acc = acc + p_prev @ v_prev
-    return acc / l_i[:, None], (m_i + torch.log2(l_i)) * math.log(2)
-
-
-def _schedule_model(q, k, v, causal, block_m, block_n, rows, programs):
-    """The kernels' schedule in PyTorch: persistent programs walk the tiles as ``tile_coords``
-    orders them, each consumer of ``rows`` rows takes the whole tile's key range (``key_tiles``)."""
-    bh_count, n_q, _ = q.shape
-    n_k = k.shape[1]
-    out, lse = torch.full_like(q, float("nan")), torch.full((bh_count, n_q), float("nan"))
-    tiles_m = -(-n_q // block_m)
-    seen = []
-    for program in range(programs):
-        for tile in range(program, tiles_m * bh_count, programs):
-            tile_m, bh = ((tiles_m - 1 - tile // bh_count, tile % bh_count) if causal
-                          else (tile % tiles_m, tile // tiles_m))
-            seen.append((tile_m, bh))
-            start = tile_m * block_m
-            key_stop = min(start + block_m, n_k) if causal else n_k
-            full, total = (min(start + 1, n_k) if causal else n_k) // block_n, -(-key_stop // block_n)
-            for first in range(start, start + block_m, rows):
-                o_rows, lse_rows = _consumer_model(q[bh], k[bh], v[bh], first, rows, full, total, causal, block_n)
-                stop = min(first + rows, n_q)           # rows past N_q are never stored
-                if stop > first:
-                    out[bh, first:stop], lse[bh, first:stop] = o_rows[:stop - first], lse_rows[:stop - first]
-    assert sorted(seen) == sorted({(t, b) for t in range(tiles_m) for b in range(bh_count)}), "a tile twice or never"
-    return out, lse
-
-
-@pytest.mark.parametrize("n_q, n_k", [(1, 1), (17, 5), (129, 257), (300, 130), (65, 400)])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("block_m, block_n, rows", [(128, 128, 128), (128, 64, 64), (64, 128, 64)])
-def test_the_schedule_in_python_gives_the_reference(n_q, n_k, causal, block_m, block_n, rows):
-    from kernel.reference import attention_reference
-
-    gen = torch.Generator().manual_seed(n_q * 1000 + n_k)
-    q, k, v = (torch.randn(3, n, 16, generator=gen, dtype=torch.float64).float() for n in (n_q, n_k, n_k))
-    out, lse = _schedule_model(q, k, v, causal, block_m, block_n, rows, programs=2)
-    ref_out, ref_lse = attention_reference(q, k, v, causal, dtype=torch.float64)
-    assert torch.allclose(out.double(), ref_out, atol=1e-5) and torch.allclose(lse.double(), ref_lse, atol=1e-5)
-
-
-def test_the_smem_model_counts_tiles_and_barriers():
-    from kernel.gluon_config import smem_bytes
-
-    # 128x64 Q + 2 stages of 128x64 K and V, bf16; then 2 + 2 + 1 barriers of 8 bytes, 16-aligned.
-    assert smem_bytes(GluonConfig("pipelined", 128, 128, 2), 64) == 16384 + 65536 + 16 + 16 + 8
-    # Each consumer's 64x128 Q and output; 2 stages; captures, 14 barriers, a word per worker.
-    assert smem_bytes(GluonConfig("ws", 128, 128, 2), 128) == 131072 + 65536 + 288 + 7 * 16 + 8
-
-
-def test_every_listed_config_fits_and_the_defaults_are_listed():
-    for d in (64, 128):
-        configs = gluon_configs(d)
-        assert configs and all(not c.problems(d) for c in configs)
-        for variant in VARIANTS:
-            assert GLUON_DEFAULTS[variant][(d, False)] in configs
-    over = GluonConfig("pipelined", 128, 128, num_stages=4)
-    assert "shared memory" in " ".join(over.problems(128))
-
-
-@pytest.mark.parametrize("config, message", [
-    (GluonConfig(variant="tma"), "variant"),
-    (GluonConfig(block_m=32), "block_m"),
-    (GluonConfig(num_stages=0), "num_stages"),
-    (GluonConfig("ws", overlap=False, pingpong=True), "pingpong"),
-    (GluonConfig("ws", consumer_regs=250), "consumer_regs"),
-    (GluonConfig(persistent=-1), "persistent"),
-])
-def test_bad_configs_name_the_knob(config, message):
-    assert message in " ".join(config.problems(64))
-
-
-def test_only_head_dims_64_and_128():
-    assert "head dim 96" in " ".join(GluonConfig().problems(96))
-
-
-def test_the_gate_names_what_is_missing():
-    reason = gluon_support(capability=89)
-    assert reason is not None and ("sm_89" in reason or "Triton" in reason)
-    if API_REASON is not None:
-        assert "Triton" in API_REASON and "3.6" in API_REASON
-        assert gluon_support(capability=90) == API_REASON
-    assert supported()["unsupported_here"] == gluon_support()
-
-
-def test_without_gluon_the_module_imports_and_says_what_is_missing():
-    script = textwrap.dedent("""
-        import sys
-        sys.modules["triton.experimental.gluon"] = None          # a Triton without Gluon
-        import torch
-        import kernel.bench_gluon, kernel.gluon_compile, kernel.flash_fwd_gluon_ws
-        from kernel.flash_fwd_gluon import GluonUnavailable, flash_attn_fwd_gluon, gluon_support
-        assert "has no Gluon" in gluon_support(90), gluon_support(90)
-        q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
-        try:
-            flash_attn_fwd_gluon(q, q, q)
-        except GluonUnavailable as exc:
-            print("refused:", exc)
-    """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "refused: Triton" in result.stdout and "has no Gluon" in result.stdout
-
-
-def test_tma_strides_take_any_aligned_layout_and_refuse_the_rest():
-    from kernel.flash_fwd_gluon import _tma_strides
-
-    bf16 = dict(dtype=torch.bfloat16)
-    assert _tma_strides("q", torch.empty(2, 3, 5, 64, **bf16)) == [960, 320, 64, 1]
-    # [B, N, H, D] seen as [B, H, N, D] (a transposed view) needs no copy.
-    assert _tma_strides("q", torch.empty(2, 5, 3, 64, **bf16).transpose(1, 2)) == [960, 64, 192, 1]
-    # Dimensions of size 1 are never stepped over: their strides are replaced by legal ones.
-    odd = torch.empty(1, 1, 1, 64, **bf16).as_strided((1, 1, 1, 64), (7, 3, 5, 1))
-    assert _tma_strides("q", odd) == [64, 64, 64, 1]
-    with pytest.raises(ValueError, match=r"k.contiguous\(\)"):
-        _tma_strides("k", torch.empty(2, 1, 5, 64, **bf16).expand(2, 3, 5, 64))       # a stride of 0
-    with pytest.raises(ValueError, match="address % 16 = 2"):
-        _tma_strides("v", torch.empty(2 * 3 * 5 * 64 + 1, **bf16)[1:].view(2, 3, 5, 64))
-
-
-def test_every_config_the_tests_launch_is_valid():
-    for config, _ in KNOB_CASES:
-        assert config.problems(128) == [], config
-    assert SPLIT.problems(128) == [] and SPLIT.maxnreg == 160
-
-
-def test_the_benchmark_checks_and_tabulates():
-    from kernel.bench_gluon import check_against_sdpa, table
-
-    sdpa = torch.randn(2, 4, 64, 64)
-    lse = torch.randn(2, 4, 64)
-    assert check_against_sdpa(sdpa.clone(), lse.clone(), (sdpa, 1e-3, lse)) is None
-    assert "out rel err" in check_against_sdpa(sdpa * 1.1, lse, (sdpa, 1e-3, lse))
-    assert "lse differs" in check_against_sdpa(sdpa, lse + 0.01, (sdpa, 1e-3, lse))
-    assert "NaN" in check_against_sdpa(sdpa * float("nan"), lse, (sdpa, 1e-3, lse))
-    row = dict(D=64, causal=True, ms=dict(triton=2.0, sdpa_flash=3.0, sdpa_cudnn=1.0, ws=1.0), notes=dict(
-        pipelined="CompilationError: boom"), tflops=dict(ws=400.0))
-    text = table([row], ["pipelined", "ws"], "GPU: test")
-    assert "| 64 | yes | ws | 1.0000 | 400 | 2.00 | 3.00 | 1.00 |  |" in text
-    assert "| 64 | yes | pipelined | n/a | 0 | n/a | n/a | n/a | CompilationError: boom |" in text
-
-
-def test_every_benchmark_candidate_is_a_valid_config():
-    from dataclasses import replace
-
-    from kernel.bench_gluon import CANDIDATES
-
-    for variant, overrides in CANDIDATES.values():
-        for d in (64, 128):
-            for causal in (False, True):
-                config = replace(default_gluon_config(d, causal, variant), **overrides)
-                assert config.problems(d) == [], (variant, overrides, d)
-
-
-def test_the_benchmark_wants_a_gpu(monkeypatch):
-    from kernel import bench_gluon
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert bench_gluon.main([]) == 2
-
-
-@pytest.mark.skipif(RUN_REASON is None, reason="this machine can run the Gluon forward")
-def test_calls_without_a_hopper_and_triton_36_raise_gluon_unavailable():
-    q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
-    with pytest.raises(GluonUnavailable, match="Triton|CUDA|sm_"):
-        flash_attn_fwd_gluon(q, q, q)
 
 
 # ------------------------------------------------------------------------- GPU tests
@@ -541,3 +335,9 @@ def test_no_races_under_consan(smoke):
     result = subprocess.run([sys.executable, "-c", CONSAN_SCRIPT], env=env, capture_output=True, text=True,
                             timeout=240, cwd=ROOT)
     assert result.returncode == 0 and "consan ok" in result.stdout, result.stderr[-4000:]
+
+
+def test_every_config_the_tests_launch_is_valid():
+    for config, _ in KNOB_CASES:
+        assert config.problems(128) == [], config
+    assert SPLIT.problems(128) == [] and SPLIT.maxnreg == 160
