@@ -178,8 +178,9 @@ def smem_bytes(config: GluonConfig, head_dim: int, element_bytes: int = 2) -> in
     largest first, each 16-byte aligned: mbarrier arrays of 8 bytes a barrier (ready per
     stage for K and V; ws also empty per stage, Q ready and empty per consumer, and the two
     turnstile barriers when two consumers take turns), and for ws the captured arguments and
-    a word per worker partition last. With one consumer the turnstile is never used, and its
-    barriers share the capture block's place (they are dead after their initialisation).
+    a word per worker partition last. Without turns (one consumer, or ``pingpong`` off) the
+    turnstile is never used, and its barriers share the capture block's place (they are dead
+    after their initialisation).
     """
     stages = config.num_stages
     kv_tile = config.block_n * head_dim * element_bytes
