@@ -1,11 +1,13 @@
-"""Cross-compiling the Gluon forward for sm_90 without a GPU, and its shared-memory model.
+"""Cross-compiling the Gluon forward for sm_90 without a GPU, for the tests and the tuner.
 
 :func:`compile_inputs` builds what ``triton.compile`` takes for a config and a problem shape,
-specialised as the JIT specialises a real launch: it runs the JIT's own argument binder on
+specialised as the JIT specialises a real launch: it runs the JIT's own argument binder and
+``_pack_args`` (Triton 3.6's internals, so the specialisation is the JIT's by construction) on
 stand-in tensors of the same shapes and strides, so 16-byte aligned pointers get
 ``tt.divisibility`` 16, integers divisible by 16 get it too, and integers equal to 1 become
-constants (the JIT does that at run time; N_q = N_k = 1 is such a launch). Pointers are
-assumed 16-byte aligned, as the launcher requires.
+constants (N_q = N_k = 1 is such a launch). Pointers are assumed 16-byte aligned, as the
+launcher requires; ``debug`` and the instrumentation mode are the defaults, as a plain launch's.
+:func:`compile_report` adds what the checks read: PTX markers, ptxas warnings, cubin resources.
 
 ``kernel.gluon_config.smem_bytes`` predicts ``metadata.shared`` from the config alone; the
 compile tests check that the two agree.
