@@ -1,0 +1,239 @@
+"""Benchmark: each Gluon variant against the Triton kernel and SDPA (flash, cuDNN), same run.
+
+    python -m kernel.bench_gluon                       # B4 H8 N4096, D 64 and 128, causal and not
+    python -m kernel.bench_gluon --head-dim 128 --variant ws --markdown docs/results/x.md
+    python -m kernel.bench_gluon --ablation            # and each variant with one piece taken away
+    python -m kernel.bench_gluon --smoke --variant ws  # first contact: a few small checked calls
+
+Times come from :func:`kernel.timing.gpu_time` (CUDA-graph replay over input sets that do
+not fit in L2, as ``kernel.bench``). Before a variant is timed its output is checked against
+SDPA on the same inputs; a variant that fails to compile, raises or is wrong is reported
+with the first line of its error and skipped, and the run goes on. Exits 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from dataclasses import asdict
+
+import torch
+
+from kernel.flash_fwd_gluon import VARIANTS, default_gluon_config, flash_attn_fwd_gluon, gluon_support
+
+SHAPE = dict(batch=4, heads=8, n=4096)
+# What each piece buys: the variants' defaults, then each with one piece taken away (--ablation).
+CANDIDATES = {
+    "pipelined": ("pipelined", {}),
+    "ws": ("ws", {}),
+    "pipelined-in-order": ("pipelined", dict(overlap=False)),
+    "pipelined-persistent": ("pipelined", dict(persistent=1)),
+    "ws-no-pingpong": ("ws", dict(pingpong=False)),
+    "ws-in-order": ("ws", dict(overlap=False, pingpong=False)),
+    "ws-one-consumer": ("ws", dict(block_m=64)),
+    "ws-not-persistent": ("ws", dict(persistent=0)),
+}
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:200]
+
+
+def check_against_sdpa(out, lse, reference) -> str | None:
+    """None if ``(out, lse)`` agree with SDPA's output and the Triton kernel's lse, else why not.
+
+    The bound on out is three times the distance between SDPA's flash and cuDNN outputs
+    (two correct low-precision results), and at least 2e-3; lse within 1e-3 absolute.
+    """
+    from kernel.reference import rel_err
+
+    sdpa_out, spread, triton_lse = reference
+    if bool(torch.isnan(out).any() or torch.isnan(lse).any()):
+        return "NaN in out or lse"
+    err, bound = rel_err(out, sdpa_out), max(3 * spread, 2e-3)
+    if err > bound:
+        return f"out rel err {err:.2e} against SDPA > {bound:.2e}"
+    lse_gap = (lse - triton_lse).abs().max().item()
+    if lse_gap > 1e-3:
+        return f"lse differs from flash_attn_fwd's by {lse_gap:.2e}"
+    return None
+
+
+def _reference(q, k, v, causal):
+    """(SDPA-cuDNN out, its distance to SDPA-flash, flash_attn_fwd's lse) on one input set."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernel import flash_attn_fwd
+    from kernel.reference import rel_err
+
+    outs = []
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
+        try:
+            with sdpa_kernel(backend):
+                outs.append(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        except RuntimeError:
+            continue
+    if not outs:
+        outs.append(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    spread = rel_err(outs[0], outs[-1]) if len(outs) > 1 else 0.0
+    return outs[0], spread, flash_attn_fwd(q, k, v, causal)[1]
+
+
+# (D, causal, B, H or 0 for [B, N, D], N_q, N_k, knobs): small calls that reach every code path
+# of a variant (persistent loops over several tiles, causal, ragged, [B, N, D], N = 1).
+SMOKE_CASES = [
+    (64, False, 1, 2, 256, 256, {}),
+    (64, True, 4, 8, 2048 + 65, 2048 + 65, dict(persistent=1)),
+    (128, False, 2, 0, 129, 1000, {}),
+    (128, True, 1, 1, 1, 1, {}),
+]
+
+
+def smoke(name: str) -> int:
+    """Run :data:`SMOKE_CASES` on candidate ``name``, one JSON line each as it finishes (a hang
+    leaves the last case missing: run this in a subprocess with a timeout); 1 if any was wrong."""
+    import json
+
+    from kernel.reference import accuracy
+
+    failed = 0
+    for d, causal, b, h, n_q, n_k, knobs in SMOKE_CASES:
+        shape_q, shape_k = ((b, n_q, d), (b, n_k, d)) if h == 0 else ((b, h, n_q, d), (b, h, n_k, d))
+        q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(shape_k, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device="cuda")
+        variant, overrides = CANDIDATES[name]
+        knobs = {**knobs, **overrides}
+        case = dict(variant=name, D=d, causal=causal, shape=[b, h, n_q, n_k], knobs=knobs)
+        try:
+            flash_attn_fwd_gluon(q, k, v, causal, variant=variant, **knobs, out=out, lse=lse)
+            torch.cuda.synchronize()
+            result = accuracy(out, lse, q, k, v, causal)
+            case.update(ok=result.ok, reason=result.reason)
+        except Exception as exc:  # reported: the caller decides
+            case.update(ok=False, reason=_first_line(exc))
+        failed += not case["ok"]
+        print(json.dumps(case), flush=True)
+    return int(failed > 0)
+
+
+def _settle() -> None:
+    """Let a failed call's work finish; after a device fault the context is gone and every later
+    call fails too, each reported the same way, but the run still ends with its table."""
+    with contextlib.suppress(Exception):   # the fault was reported with the call that caused it
+        torch.cuda.synchronize()
+
+
+def _time(calls) -> float:
+    from kernel.timing import gpu_time
+
+    return gpu_time(calls).ms
+
+
+def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16) -> dict:
+    """Times of every variant, flash_attn_fwd and SDPA on one shape; failures as notes."""
+    from kernel.bench import make_sets, set_calls
+    from kernel.timing import attention_flops, time_sdpa
+
+    sets = make_sets(SHAPE["batch"], SHAPE["heads"], SHAPE["n"], head_dim, dtype)
+    reference = _reference(*sets[0][:3], causal)
+    row = dict(D=head_dim, causal=causal, ms={}, notes={})
+    try:
+        row["ms"]["triton"] = _time(set_calls(sets, causal, {}))
+    except Exception as exc:  # the baseline missing leaves its ratio n/a, not the run dead
+        row["notes"]["triton"] = _first_line(exc)
+    for name, result in time_sdpa([s[:3] for s in sets], causal, host=False).items():
+        row["ms"][f"sdpa_{name}"] = result["ms"]
+    for name in variants:
+        variant, overrides = CANDIDATES[name]
+        config = asdict(default_gluon_config(head_dim, causal, variant)) | overrides
+        knobs = {key: value for key, value in config.items() if key != "variant"}
+        call = lambda s, variant=variant, knobs=knobs: flash_attn_fwd_gluon(
+            s[0], s[1], s[2], causal, variant=variant, **knobs, out=s[3], lse=s[4])
+        try:
+            call(sets[0])
+            torch.cuda.synchronize()
+            wrong = check_against_sdpa(sets[0][3], sets[0][4], reference)
+            if wrong:
+                raise AssertionError(wrong)
+            row["ms"][name] = _time([lambda s=s, call=call: call(s) for s in sets])
+        except Exception as exc:  # reported and skipped: the other variants still run
+            _settle()
+            row["notes"][name] = _first_line(exc)
+            print(f"  D={head_dim} causal={causal} {name}: skipped, {row['notes'][name]}", file=sys.stderr)
+    flops = attention_flops(SHAPE["batch"], SHAPE["heads"], SHAPE["n"], SHAPE["n"], head_dim, causal)
+    row["tflops"] = {name: flops / ms * 1e-9 for name, ms in row["ms"].items() if ms}
+    return row
+
+
+def _ratio(row, ours, other) -> str:
+    a, b = row["ms"].get(ours), row["ms"].get(other)
+    return f"{b / a:.2f}" if a and b else "n/a"
+
+
+def table(rows, variants, env_line: str) -> str:
+    """Markdown: per shape and variant, TFLOP/s and the speed ratio to each baseline (> 1: faster)."""
+    lines = [env_line, "", f"B{SHAPE['batch']} H{SHAPE['heads']} N{SHAPE['n']} bf16; ratio = baseline time / "
+             "variant time (above 1: the Gluon variant is faster).", "",
+             "| D | causal | variant | ms | TFLOP/s | x flash_attn_fwd | x SDPA-flash | x SDPA-cuDNN | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        for variant in variants:
+            ms = row["ms"].get(variant)
+            lines.append(
+                f"| {row['D']} | {'yes' if row['causal'] else 'no'} | {variant} | "
+                f"{f'{ms:.4f}' if ms else 'n/a'} | {row['tflops'].get(variant, 0):.0f} | "
+                f"{_ratio(row, variant, 'triton')} | {_ratio(row, variant, 'sdpa_flash')} | "
+                f"{_ratio(row, variant, 'sdpa_cudnn')} | {row['notes'].get(variant, '')} |")
+    lines += ["", "Baselines (ms): " + "; ".join(
+        f"D{r['D']}{' causal' if r['causal'] else ''}: " + ", ".join(
+            f"{name} {ms:.4f}" for name, ms in r["ms"].items() if name not in variants and ms) for r in rows)]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernel.bench_gluon", description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dim", type=int, action="append", choices=(64, 128), help="only these (repeatable)")
+    parser.add_argument("--variant", action="append", choices=list(CANDIDATES),
+                        help="only these variants (repeatable; default: pipelined and ws)")
+    parser.add_argument("--ablation", action="store_true", help="every variant with each piece taken away too")
+    parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
+    parser.add_argument("--markdown", help="also write the table here")
+    parser.add_argument("--smoke", action="store_true", help="only a few small checked calls per variant (JSON lines)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("python -m kernel.bench_gluon needs a CUDA GPU (an sm_90 H100/H200 with Triton 3.6): it times the "
+              "Gluon kernels against SDPA. Without one, run `pytest tests/test_gluon.py -m 'not gpu'`.",
+              file=sys.stderr)
+        return 2
+    reason = gluon_support()
+    if reason is not None:
+        print(f"python -m kernel.bench_gluon: the Gluon forward cannot run here: {reason}", file=sys.stderr)
+        return 2
+    variants = list(CANDIDATES) if args.ablation else args.variant or list(VARIANTS)
+    if args.smoke:
+        return max(smoke(name) for name in variants)
+    from kernel.timing import environment, environment_line, warm_gpu
+
+    causals = {"yes": [True], "no": [False], "both": [False, True]}[args.causal]
+    env = environment()
+    warm_gpu()
+    rows = []
+    for head_dim in args.head_dim or [64, 128]:
+        for causal in causals:
+            rows.append(bench_case(head_dim, causal, variants))
+            print(f"D={head_dim} causal={causal}: " + ", ".join(f"{k} {v:.4f} ms" for k, v in rows[-1]["ms"].items()
+                                                                 if v), flush=True)
+    text = table(rows, variants, environment_line(env))
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as handle:
+            handle.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

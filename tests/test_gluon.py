@@ -1,0 +1,343 @@
+"""The Gluon forward for Hopper (kernel/flash_fwd_gluon.py).
+
+* Compile tests (no GPU): each variant compiles for sm_90 under Triton 3.6, its PTX holds
+  the Hopper pieces, and its shared memory is the model's figure. Skipped, with the reason,
+  on a Triton whose Gluon API is not 3.6's (CI's main suite runs Triton 3.9; .ci/run runs
+  this file again in a small Triton 3.6 venv).
+* (The gates, on any Triton, are in test_gluon_gate.py; the schedule's arithmetic, mirrored in
+  PyTorch, in test_gluon_schedule.py.)
+* GPU tests (``gpu`` mark, an sm_90 GPU with Triton 3.6): against the float32 reference by
+  the project's accuracy rule, on NaN-filled outputs and fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from kernel.flash_fwd_gluon import (
+    SMEM_LIMIT,
+    STATIC_SMEM,
+    VARIANTS,
+    GluonConfig,
+    default_gluon_config,
+    flash_attn_fwd_gluon,
+    gluon_api_support,
+    gluon_support,
+)
+
+API_REASON = gluon_api_support()
+needs_gluon_api = pytest.mark.skipif(API_REASON is not None, reason=f"compile tests need Triton 3.6's Gluon: "
+                                                                    f"{API_REASON}")
+RUN_REASON = gluon_support() if torch.cuda.is_available() else "needs a CUDA GPU"
+needs_hopper = pytest.mark.skipif(RUN_REASON is not None, reason=str(RUN_REASON))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = [(d, causal, variant) for d in (64, 128) for causal in (False, True) for variant in VARIANTS]
+
+
+def _case_id(case) -> str:
+    d, causal, variant = case
+    return f"D{d}-{'causal' if causal else 'full'}-{variant}"
+
+
+# ------------------------------------------------------------------ compile tests (CPU)
+
+FALLBACKS = [
+    GluonConfig("pipelined", 64, 64, num_stages=1, overlap=False),
+    GluonConfig("pipelined", 128, 64, num_stages=4, persistent=2),
+    GluonConfig("ws", 64, 128, num_stages=2, overlap=False, pingpong=False),
+    GluonConfig("ws", 128, 64, num_stages=4, overlap=True, pingpong=False),
+    GluonConfig("ws", 128, 128, num_stages=1, overlap=False, pingpong=False),
+]
+SPLIT = GluonConfig("ws", 128, 128, num_stages=2, producer_regs=32, consumer_regs=232)
+
+
+def _compile_cases() -> dict:
+    cases = {f"default-{_case_id(case)}": (default_gluon_config(case[0], case[1], case[2]), case[0], case[1], 1000)
+             for case in CASES}
+    for variant in VARIANTS:
+        for n in (1, 16):
+            cases[f"n{n}-{variant}"] = (default_gluon_config(64, True, variant), 64, True, n)
+        cases[f"n1-full-{variant}"] = (default_gluon_config(128, False, variant), 128, False, 1)
+    for index, config in enumerate(FALLBACKS):
+        cases[f"fallback{index}"] = (config, 128, index % 2 == 1, 300)
+    cases["split"] = (SPLIT, 128, False, 1000)
+    return cases
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    """Every compile case, cross-compiled in fresh processes outside Triton's interpreter (the
+    CPU tests run under TRITON_INTERPRET=1, which Gluon's compiler cannot work under), one
+    process per core, side by side."""
+    cases = _compile_cases()
+    payload = [dict(config=asdict(config), head_dim=d, causal=causal, n_q=n, n_k=n)
+               for config, d, causal, n in cases.values()]
+    return dict(zip(cases, _cross_compile_in_processes(payload)))
+
+
+def _cross_compile_in_processes(payload: list, extra_env: dict | None = None) -> list:
+    """``python -m kernel.gluon_compile`` on ``payload``, split over up to 4 processes."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"} | (extra_env or {})
+    workers = max(1, min(4, os.cpu_count() or 1, len(payload)))
+    chunks = [payload[i::workers] for i in range(workers)]
+    runs = [subprocess.Popen([sys.executable, "-m", "kernel.gluon_compile"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+            for _ in chunks]
+    outputs = [run.communicate(json.dumps(chunk), timeout=900) for run, chunk in zip(runs, chunks)]
+    for run, (_, stderr) in zip(runs, outputs):
+        assert run.returncode == 0, stderr[-4000:]
+    reports = [json.loads(stdout) for stdout, _ in outputs]
+    return [reports[i % workers][i // workers] for i in range(len(payload))]
+
+
+def _ok(report: dict) -> dict:
+    assert report["error"] is None, report["error"]
+    return report
+
+
+@needs_gluon_api
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_default_configs_compile_for_sm90_with_the_hopper_pieces(case, compiled):
+    report = _ok(compiled[f"default-{_case_id(case)}"])
+    assert report["markers"]["wgmma"], "no wgmma.mma_async"
+    assert report["markers"]["tma"], "no TMA copy (cp.async.bulk.tensor)"
+    assert report["markers"]["mbarrier"], "no mbarrier wait"
+    assert report["markers"]["setmaxnreg"] == (case[2] == "ws"), "a register split only with warp specialization"
+    assert report["shared"] == report["model"], "the shared-memory model is off"
+    assert report["shared"] + STATIC_SMEM <= SMEM_LIMIT
+    resources = report["resources"]
+    if resources:               # cuobjdump ships with Triton's NVIDIA backend
+        assert resources["SHARED"] == STATIC_SMEM, "static shared memory changed: the launch limit is off"
+        assert resources["STACK"] == 0, f"register spills: {resources}"
+    assert not report["ptxas_warnings"], f"ptxas: {report['ptxas_warnings']}"
+
+
+@needs_gluon_api
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("n", [1, 16])
+def test_the_jits_specialisations_of_small_lengths_compile(variant, n, compiled):
+    """The JIT makes N == 1 a constant and gives N % 16 == 0 divisibility; both must compile
+    (Triton's own pipeliner failed on the Triton kernel at N = 1)."""
+    report = _ok(compiled[f"n{n}-{variant}"])
+    if n == 1:
+        assert report["constants"] == {"N_Q": 1, "N_K": 1}
+        unmasked = _ok(compiled[f"n1-full-{variant}"])
+        assert unmasked["constants"] == {"N_Q": 1, "N_K": 1} and unmasked["shared"] == unmasked["model"]
+    else:
+        assert report["constants"] == {} and {"N_Q", "N_K", "LSE"} <= set(report["divisible"])
+    assert "H" not in report["divisible"] and "BH" not in report["divisible"], "H and BH are not specialised"
+    assert report["markers"]["wgmma"] and report["shared"] == report["model"]
+
+
+@needs_gluon_api
+@pytest.mark.parametrize("index", range(len(FALLBACKS)))
+def test_fallback_configs_compile_and_match_the_smem_model(index, compiled):
+    report = _ok(compiled[f"fallback{index}"])
+    assert report["shared"] == report["model"]
+    assert report["markers"]["setmaxnreg"] == (FALLBACKS[index].variant == "ws")
+
+
+@needs_gluon_api
+def test_the_register_split_reaches_the_ptx(compiled):
+    report = _ok(compiled["split"])
+    assert report["maxnreg"] == [str(SPLIT.maxnreg)]
+    assert ["setmaxnreg.dec", "32"] in report["regs"], "the producer warp gives registers back"
+    assert ["setmaxnreg.inc", "232"] in report["regs"], "the second consumer takes its share"
+
+
+@needs_gluon_api
+def test_both_variants_compile_under_consan():
+    """The GPU's ConSan run needs the instrumented binaries, which compile here too."""
+    payload = [dict(config=dict(variant=variant, persistent=1), head_dim=64, causal=True, n_q=200, n_k=200)
+               for variant in VARIANTS]
+    for report in _cross_compile_in_processes(payload, dict(TRITON_INSTRUMENTATION_MODE="consan")):
+        _ok(report)
+        if report["resources"]:
+            assert report["resources"]["STACK"] > 0, "not instrumented (ConSan keeps its state on the stack)"
+
+
+# ------------------------------------------------------------------------- GPU tests
+
+SMOKE_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def smoke() -> dict:
+    """Each variant's smoke run (``python -m kernel.bench_gluon --smoke``) in a subprocess with a
+    timeout, before any test calls it in this process: a kernel that deadlocks on its barriers
+    then fails its tests at once, naming the case, instead of hanging the suite. The variants
+    run side by side."""
+    runs = {variant: subprocess.Popen([sys.executable, "-m", "kernel.bench_gluon", "--smoke", "--variant", variant],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+            for variant in VARIANTS}
+    return {variant: _smoke_verdict(run) for variant, run in runs.items()}
+
+
+def _smoke_verdict(run: subprocess.Popen) -> str | None:
+    """None for a smoke run whose cases all passed, else what went wrong (a hang is killed)."""
+    try:
+        stdout, stderr = run.communicate(timeout=SMOKE_TIMEOUT_S)
+        hung = False
+    except subprocess.TimeoutExpired:
+        run.kill()
+        stdout, stderr = run.communicate()
+        hung = True
+    cases = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    if hung:
+        return f"hung (no answer in {SMOKE_TIMEOUT_S} s) after {len(cases)} smoke cases, the last {cases[-1:]}"
+    bad = [case for case in cases if not case["ok"]]
+    if bad or run.returncode != 0 or not cases:
+        return f"smoke run failed: {bad[:1] or stderr[-1500:]}"
+    return None
+
+
+def _healthy(smoke: dict, variant: str) -> None:
+    if smoke[variant] is not None:
+        pytest.fail(f"{variant}: {smoke[variant]}")
+
+
+GPU_SHAPES = [  # (B, H or None for [B, N, D], N_q, N_k): ragged, non-square, one valid key or query in a tile
+    (2, 3, 1552, 1040),
+    (1, 2, 3 * 128 + 1, 2 * 128 + 1),
+    (2, None, 3 * 64 + 1, 2 * 64 + 1),
+    (1, 2, 200, 900),
+]
+
+
+def _inputs(fresh_inputs, b, h, n_q, n_k, d, dtype=torch.bfloat16):
+    shape_q = (b, n_q, d) if h is None else (b, h, n_q, d)
+    shape_kv = (b, n_k, d) if h is None else (b, h, n_k, d)
+    return fresh_inputs(shape_q, shape_kv, dtype, "cuda")
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_ragged_nonsquare_shapes_and_both_layouts(case, smoke, fresh_inputs, nan_outputs, assert_matches_reference):
+    d, causal, variant = case
+    _healthy(smoke, variant)
+    for b, h, n_q, n_k in GPU_SHAPES:
+        q, k, v, seed = _inputs(fresh_inputs, b, h, n_q, n_k, d)
+        out, lse = nan_outputs(q)
+        flash_attn_fwd_gluon(q, k, v, causal, variant=variant, out=out, lse=lse)
+        assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{case} {(b, h, n_q, n_k)}")
+    # [B, N, H, D] tensors seen as [B, H, N, D]: strided views, read in place by the descriptors.
+    q, k, v, seed = fresh_inputs((2, 300, 3, d), (2, 200, 3, d), torch.bfloat16, "cuda")
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    out, lse = nan_outputs(q)
+    flash_attn_fwd_gluon(q, k, v, causal, variant=variant, out=out, lse=lse)
+    assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{case} transposed view")
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_short_and_tile_edge_lengths(variant, causal, smoke, fresh_inputs, nan_outputs, assert_matches_reference):
+    _healthy(smoke, variant)
+    for n in [*range(1, 18), 63, 64, 65, 127, 128, 129]:
+        q, k, v, seed = _inputs(fresh_inputs, 2, 2, n, n, 64)
+        out, lse = nan_outputs(q)
+        flash_attn_fwd_gluon(q, k, v, causal, variant=variant, out=out, lse=lse)
+        assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{variant} N={n}")
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_float16(variant, smoke, fresh_inputs, nan_outputs, assert_matches_reference):
+    _healthy(smoke, variant)
+    q, k, v, seed = _inputs(fresh_inputs, 2, 3, 333, 517, 128, torch.float16)
+    out, lse = nan_outputs(q)
+    flash_attn_fwd_gluon(q, k, v, True, variant=variant, out=out, lse=lse)
+    assert_matches_reference(out, lse, q, k, v, True, seed, label=f"{variant} fp16")
+
+
+# Each fallback and knob setting, on one mask each (a compile each); both masks occur for each variant.
+KNOB_CASES = [(config, index % 2 == 1) for index, config in enumerate(
+    FALLBACKS + [GluonConfig("ws", 128, 128, 2, persistent=0), GluonConfig("pipelined", 128, 128, 2, persistent=1)])]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("config, causal", KNOB_CASES,
+                         ids=lambda c: f"{c.variant}-{c.block_m}x{c.block_n}-s{c.num_stages}-p{c.persistent}"
+                         if isinstance(c, GluonConfig) else ("causal" if c else "full"))
+def test_every_knob_setting_is_right(config, causal, smoke, fresh_inputs, nan_outputs, assert_matches_reference):
+    _healthy(smoke, config.variant)
+    knobs = {name: getattr(config, name) for name in GluonConfig.__dataclass_fields__ if name != "variant"}
+    # 2 x 24 heads of 7 to 13 query tiles: a persistent program walks several tiles.
+    q, k, v, seed = _inputs(fresh_inputs, 2, 24, 777, 333 if causal else 1000, 128)
+    out, lse = nan_outputs(q)
+    flash_attn_fwd_gluon(q, k, v, causal, variant=config.variant, **knobs, out=out, lse=lse)
+    assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"{config} causal={causal}")
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_no_keys_and_returned_outputs(smoke, fresh_inputs):
+    _healthy(smoke, "ws")
+    q, k, v, _ = _inputs(fresh_inputs, 1, 2, 70, 0, 64)
+    out, lse = flash_attn_fwd_gluon(q, k, v)
+    assert torch.equal(out, torch.zeros_like(out)) and bool(torch.isneginf(lse).all())
+    q, k, v, _ = _inputs(fresh_inputs, 1, 2, 70, 50, 64)
+    out, lse = flash_attn_fwd_gluon(q, k, v, True, variant="ws")
+    assert out.shape == q.shape and lse.shape == q.shape[:-1] and lse.dtype == torch.float32
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_refusals_name_the_fix():
+    q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float32)
+    with pytest.raises(TypeError, match="float16 and bfloat16"):
+        flash_attn_fwd_gluon(q, q, q)
+    with pytest.raises(ValueError, match="head dim 96"):
+        flash_attn_fwd_gluon(*(torch.randn(1, 2, 64, 96, device="cuda", dtype=torch.bfloat16),) * 3)
+    storage = torch.randn(1 * 2 * 64 * 64 + 1, device="cuda", dtype=torch.bfloat16)
+    shifted = storage[1:].view(1, 2, 64, 64)
+    with pytest.raises(ValueError, match=r"contiguous\(\)"):
+        flash_attn_fwd_gluon(shifted, shifted, shifted)
+
+
+CONSAN_SCRIPT = textwrap.dedent("""
+    import torch
+    import triton
+    from kernel.flash_fwd_gluon import flash_attn_fwd_gluon
+    from kernel.reference import accuracy
+    # ConSan keeps its state in global scratch memory, which the launch asks an allocator for.
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    # 80 heads of 2 query tiles: more tiles than the 132 programs of a persistent grid, so some
+    # programs reuse their Q, output and key buffers for a second tile.
+    for variant in ("pipelined", "ws"):
+        q, k, v = (torch.randn(1, 80, 200, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        out, lse = flash_attn_fwd_gluon(q, k, v, True, variant=variant, persistent=1)
+        torch.cuda.synchronize()
+        result = accuracy(out, lse, q, k, v, True)
+        assert result.ok, (variant, result.reason)
+    print("consan ok")
+""")
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_no_races_under_consan(smoke):
+    _healthy(smoke, "pipelined")
+    _healthy(smoke, "ws")
+    env = dict(os.environ, TRITON_INSTRUMENTATION_MODE="consan")
+    result = subprocess.run([sys.executable, "-c", CONSAN_SCRIPT], env=env, capture_output=True, text=True,
+                            timeout=240, cwd=ROOT)
+    assert result.returncode == 0 and "consan ok" in result.stdout, result.stderr[-4000:]
+
+
+def test_every_config_the_tests_launch_is_valid():
+    for config, _ in KNOB_CASES:
+        assert config.problems(128) == [], config
+    assert SPLIT.problems(128) == [] and SPLIT.maxnreg == 160

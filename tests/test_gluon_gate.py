@@ -1,0 +1,152 @@
+"""The Gluon forward's gates, on any Triton and any machine: the version and device gate, the
+config checks, the TMA stride rules, the shared-memory model's arithmetic, and the benchmark's
+own check and table (``kernel/flash_fwd_gluon.py``, ``gluon_config.py``, ``bench_gluon.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from kernel.flash_fwd_gluon import (
+    GLUON_DEFAULTS,
+    VARIANTS,
+    GluonConfig,
+    GluonUnavailable,
+    default_gluon_config,
+    flash_attn_fwd_gluon,
+    gluon_api_support,
+    gluon_configs,
+    gluon_support,
+    supported,
+)
+
+API_REASON = gluon_api_support()
+RUN_REASON = gluon_support() if torch.cuda.is_available() else "needs a CUDA GPU"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_smem_model_counts_tiles_and_barriers():
+    from kernel.gluon_config import smem_bytes
+
+    # 128x64 Q + 2 stages of 128x64 K and V, bf16; then 2 + 2 + 1 barriers of 8 bytes, 16-aligned.
+    assert smem_bytes(GluonConfig("pipelined", 128, 128, 2), 64) == 16384 + 65536 + 16 + 16 + 8
+    # Each consumer's 64x128 Q and output; 2 stages; captures, 14 barriers, a word per worker.
+    assert smem_bytes(GluonConfig("ws", 128, 128, 2), 128) == 131072 + 65536 + 288 + 7 * 16 + 8
+
+
+def test_every_listed_config_fits_and_the_defaults_are_listed():
+    for d in (64, 128):
+        configs = gluon_configs(d)
+        assert configs and all(not c.problems(d) for c in configs)
+        for variant in VARIANTS:
+            assert GLUON_DEFAULTS[variant][(d, False)] in configs
+    over = GluonConfig("pipelined", 128, 128, num_stages=4)
+    assert "shared memory" in " ".join(over.problems(128))
+
+
+@pytest.mark.parametrize("config, message", [
+    (GluonConfig(variant="tma"), "variant"),
+    (GluonConfig(block_m=32), "block_m"),
+    (GluonConfig(num_stages=0), "num_stages"),
+    (GluonConfig("ws", overlap=False, pingpong=True), "pingpong"),
+    (GluonConfig("ws", consumer_regs=250), "consumer_regs"),
+    (GluonConfig(persistent=-1), "persistent"),
+])
+def test_bad_configs_name_the_knob(config, message):
+    assert message in " ".join(config.problems(64))
+
+
+def test_only_head_dims_64_and_128():
+    assert "head dim 96" in " ".join(GluonConfig().problems(96))
+
+
+def test_the_gate_names_what_is_missing():
+    reason = gluon_support(capability=89)
+    assert reason is not None and ("sm_89" in reason or "Triton" in reason)
+    if API_REASON is not None:
+        assert "Triton" in API_REASON and "3.6" in API_REASON
+        assert gluon_support(capability=90) == API_REASON
+    assert supported()["unsupported_here"] == gluon_support()
+
+
+def test_without_gluon_the_module_imports_and_says_what_is_missing():
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["triton.experimental.gluon"] = None          # a Triton without Gluon
+        import torch
+        import kernel.bench_gluon, kernel.gluon_compile, kernel.flash_fwd_gluon_ws
+        from kernel.flash_fwd_gluon import GluonUnavailable, flash_attn_fwd_gluon, gluon_support
+        assert "has no Gluon" in gluon_support(90), gluon_support(90)
+        q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
+        try:
+            flash_attn_fwd_gluon(q, q, q)
+        except GluonUnavailable as exc:
+            print("refused:", exc)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "refused: Triton" in result.stdout and "has no Gluon" in result.stdout
+
+
+def test_tma_strides_take_any_aligned_layout_and_refuse_the_rest():
+    from kernel.flash_fwd_gluon import _tma_strides
+
+    bf16 = dict(dtype=torch.bfloat16)
+    assert _tma_strides("q", torch.empty(2, 3, 5, 64, **bf16)) == [960, 320, 64, 1]
+    # [B, N, H, D] seen as [B, H, N, D] (a transposed view) needs no copy.
+    assert _tma_strides("q", torch.empty(2, 5, 3, 64, **bf16).transpose(1, 2)) == [960, 64, 192, 1]
+    # Dimensions of size 1 are never stepped over: their strides are replaced by legal ones.
+    odd = torch.empty(1, 1, 1, 64, **bf16).as_strided((1, 1, 1, 64), (7, 3, 5, 1))
+    assert _tma_strides("q", odd) == [64, 64, 64, 1]
+    with pytest.raises(ValueError, match=r"k.contiguous\(\)"):
+        _tma_strides("k", torch.empty(2, 1, 5, 64, **bf16).expand(2, 3, 5, 64))       # a stride of 0
+    with pytest.raises(ValueError, match="address % 16 = 2"):
+        _tma_strides("v", torch.empty(2 * 3 * 5 * 64 + 1, **bf16)[1:].view(2, 3, 5, 64))
+
+
+def test_the_benchmark_checks_and_tabulates():
+    from kernel.bench_gluon import check_against_sdpa, table
+
+    sdpa = torch.randn(2, 4, 64, 64)
+    lse = torch.randn(2, 4, 64)
+    assert check_against_sdpa(sdpa.clone(), lse.clone(), (sdpa, 1e-3, lse)) is None
+    assert "out rel err" in check_against_sdpa(sdpa * 1.1, lse, (sdpa, 1e-3, lse))
+    assert "lse differs" in check_against_sdpa(sdpa, lse + 0.01, (sdpa, 1e-3, lse))
+    assert "NaN" in check_against_sdpa(sdpa * float("nan"), lse, (sdpa, 1e-3, lse))
+    row = dict(D=64, causal=True, ms=dict(triton=2.0, sdpa_flash=3.0, sdpa_cudnn=1.0, ws=1.0), notes=dict(
+        pipelined="CompilationError: boom"), tflops=dict(ws=400.0))
+    text = table([row], ["pipelined", "ws"], "GPU: test")
+    assert "| 64 | yes | ws | 1.0000 | 400 | 2.00 | 3.00 | 1.00 |  |" in text
+    assert "| 64 | yes | pipelined | n/a | 0 | n/a | n/a | n/a | CompilationError: boom |" in text
+
+
+def test_every_benchmark_candidate_is_a_valid_config():
+    from dataclasses import replace
+
+    from kernel.bench_gluon import CANDIDATES
+
+    for variant, overrides in CANDIDATES.values():
+        for d in (64, 128):
+            for causal in (False, True):
+                config = replace(default_gluon_config(d, causal, variant), **overrides)
+                assert config.problems(d) == [], (variant, overrides, d)
+
+
+def test_the_benchmark_wants_a_gpu(monkeypatch):
+    from kernel import bench_gluon
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench_gluon.main([]) == 2
+
+
+@pytest.mark.skipif(RUN_REASON is None, reason="this machine can run the Gluon forward")
+def test_calls_without_a_hopper_and_triton_36_raise_gluon_unavailable():
+    q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
+    with pytest.raises(GluonUnavailable, match="Triton|CUDA|sm_"):
+        flash_attn_fwd_gluon(q, q, q)
