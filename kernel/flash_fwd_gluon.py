@@ -86,8 +86,7 @@ def gluon_api_support() -> str | None:
     version = f"Triton {triton.__version__}"
     if GLUON_IMPORT_ERROR is not None:
         return f"{version} has no Gluon for Hopper ({GLUON_IMPORT_ERROR}); the kernel needs Triton 3.6"
-    from kernel.gluon_attention import gl as language
-    from kernel.gluon_attention import tma as tma_module
+    from kernel.gluon_attention import gl as language, tma as tma_module
 
     if hasattr(tma_module, "async_load") or not hasattr(tma_module, "async_copy_global_to_shared"):
         return (f"{version}'s Gluon API is newer than the kernel's (tma.async_load replaced "
