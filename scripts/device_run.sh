@@ -36,18 +36,21 @@ stage() {
                 grep -vE "^\||^  precompile" "$W/bwdexplore.log" | tail -40; cat "$W/bwdexplore.md";;
     bwdbench) python3 -m benchmarks.bwd --jobs 1 --json "$W/bwdbench.json" --markdown "$W/bwdbench.md" > "$W/bwdbench.log" 2>&1
               echo "bench_bwd rc=$?"; cat "$W/bwdbench.md";;
-    bwdsweep) /usr/bin/time -f "bwdsweep wall %e s" python3 -m tuner.sweep --study hopper_bwd --gpu sm_90 --sampler grid \
-                --finalists 3 --rounds 3 --storage "sqlite:///$W/bwd.db" --out "$W/bwdsweep" > "$W/bwdsweep.log" 2>&1
+    bwdsweep) /usr/bin/time -f "bwdsweep wall %e s" timeout 220 python3 -m tuner.sweep --study hopper_bwd --gpu sm_90 \
+                --sampler tpe --trials 24 --seed 1 --finalists 3 --rounds 3 --storage "sqlite:///$W/bwd.db" \
+                --out "$W/bwdsweep" > "$W/bwdsweep.log" 2>&1
               echo "bwdsweep rc=$?"; grep -vE "^\[|^compiling" "$W/bwdsweep.log" | tail -45
               cp "$W/bwdsweep/configs/"*.py "$W/" 2>/dev/null;;
     gputests2) timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py tests/test_kernel.py \
                  tests/test_gluon.py tests/test_budget.py tests/test_timing.py tests/test_sweep.py tests/test_knobs.py \
                  -k "not verdicts_hold" > "$W/gputests2.log" 2>&1; echo "gputests2 rc=$?"
                grep -E "passed|failed|FAILED|ERROR|error" "$W/gputests2.log" | tail -25;;
-    gluonbench) timeout 240 python3 -m kernel.bench_gluon --smoke > "$W/gluonsmoke.log" 2>&1; echo "smoke rc=$?"
-                tail -12 "$W/gluonsmoke.log"
-                timeout 300 python3 -m kernel.bench_gluon --markdown "$W/gluon.md" > "$W/gluonbench.log" 2>&1
+    gluonbench) timeout 150 python3 -m benchmarks.gluon --markdown "$W/gluon.md" > "$W/gluonbench.log" 2>&1
                 echo "gluon bench rc=$?"; tail -25 "$W/gluonbench.log";;
+    gputests3) timeout 230 python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_backward.py tests/test_kernel.py \
+                 > "$W/gputests3.log" 2>&1; echo "gputests3 rc=$?"
+               grep -cE "PASSED" "$W/gputests3.log"; grep -E "FAILED|ERROR|passed|failed" "$W/gputests3.log" | tail -15
+               grep -E "^E " "$W/gputests3.log" | head -8;;
     knobtests) timeout 500 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_knobs.py \
                  > "$W/knobtests.log" 2>&1; tail -5 "$W/knobtests.log";;
     knobs) python3 -m benchmarks.knobs --json "$W/knobs.json" --markdown "$W/knobs.md" > "$W/knobs.log" 2>&1

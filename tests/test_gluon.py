@@ -171,11 +171,11 @@ SMOKE_TIMEOUT_S = 120
 
 @pytest.fixture(scope="module")
 def smoke() -> dict:
-    """Each variant's smoke run (``python -m kernel.bench_gluon --smoke``) in a subprocess with a
+    """Each variant's smoke run (``python -m benchmarks.gluon --smoke``) in a subprocess with a
     timeout, before any test calls it in this process: a kernel that deadlocks on its barriers
     then fails its tests at once, naming the case, instead of hanging the suite. The variants
     run side by side."""
-    runs = {variant: subprocess.Popen([sys.executable, "-m", "kernel.bench_gluon", "--smoke", "--variant", variant],
+    runs = {variant: subprocess.Popen([sys.executable, "-m", "benchmarks.gluon", "--smoke", "--variant", variant],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
             for variant in VARIANTS}
     return {variant: _smoke_verdict(run) for variant, run in runs.items()}

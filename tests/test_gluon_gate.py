@@ -1,6 +1,6 @@
 """The Gluon forward's gates, on any Triton and any machine: the version and device gate, the
 config checks, the TMA stride rules, the shared-memory model's arithmetic, and the benchmark's
-own check and table (``kernel/flash_fwd_gluon.py``, ``gluon_config.py``, ``bench_gluon.py``).
+own check and table (``kernel/flash_fwd_gluon.py``, ``gluon_config.py``, ``benchmarks/gluon.py``).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_without_gluon_the_module_imports_and_says_what_is_missing():
         import sys
         sys.modules["triton.experimental.gluon"] = None          # a Triton without Gluon
         import torch
-        import kernel.bench_gluon, kernel.gluon_compile, kernel.flash_fwd_gluon_ws
+        import benchmarks.gluon, kernel.gluon_compile, kernel.flash_fwd_gluon_ws
         from kernel.flash_fwd_gluon import GluonUnavailable, flash_attn_fwd_gluon, gluon_support
         assert "has no Gluon" in gluon_support(90), gluon_support(90)
         q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
@@ -111,7 +111,7 @@ def test_tma_strides_take_any_aligned_layout_and_refuse_the_rest():
 
 
 def test_the_benchmark_checks_and_tabulates():
-    from kernel.bench_gluon import check_against_sdpa, table
+    from benchmarks.gluon import check_against_sdpa, table
 
     sdpa = torch.randn(2, 4, 64, 64)
     lse = torch.randn(2, 4, 64)
@@ -129,7 +129,7 @@ def test_the_benchmark_checks_and_tabulates():
 def test_every_benchmark_candidate_is_a_valid_config():
     from dataclasses import replace
 
-    from kernel.bench_gluon import CANDIDATES
+    from benchmarks.gluon import CANDIDATES
 
     for variant, overrides in CANDIDATES.values():
         for d in (64, 128):
@@ -139,7 +139,7 @@ def test_every_benchmark_candidate_is_a_valid_config():
 
 
 def test_the_benchmark_wants_a_gpu(monkeypatch):
-    from kernel import bench_gluon
+    from benchmarks import gluon as bench_gluon
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert bench_gluon.main([]) == 2

@@ -62,8 +62,9 @@ class Axis:
         return self.plain is not None
 
     def asked(self, values: tuple) -> bool:
-        """Whether Optuna is asked for this axis over ``values``: tiles always, knobs when searched."""
-        return not self.knob or self.always_asked or len(values) > 1
+        """Whether Optuna is asked for this axis over ``values``: tiles always, knobs unless the space
+        leaves them off (a knob fixed on, ``tma = [true]``, is asked: decoding leaves a knob not asked off)."""
+        return not self.knob or self.always_asked or tuple(values) != (self.plain,)
 
     @property
     def tpe_param(self) -> str:
