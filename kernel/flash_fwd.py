@@ -300,13 +300,15 @@ def _with_defaults(config: tuple, q, k, v, causal: bool, capability: int | None 
     of 1: the JIT makes it a constant, and Triton 3.6's Hopper pipeliner then fails on the
     descriptors, "tensormap_create ... doesn't know how to predicate this op")."""
     defaults = default_config(q.shape[-1], causal, capability)
+    if defaults.get("tma") and 1 in (q.shape[-2], k.shape[-2]):
+        # Without TMA the Hopper tiles may not fit (128x128 with 3 stages asks 320 KB of plain buffers):
+        # the portable default instead, which fits every target.
+        defaults = default_config(q.shape[-1], causal, 0)
     names = ("block_m", "block_n", "num_warps", "num_stages")
     tiles = tuple(defaults[name] if given is None else given for name, given in zip(names, config[:4]))
     if tuple(config[4:]) != KNOB_DEFAULTS[4:]:
         return tiles + tuple(config[4:])
     knobs = {knob.name: defaults.get(knob.name, knob.default) for knob in KNOBS}
-    if knobs["tma"] and 1 in (q.shape[-2], k.shape[-2]):
-        knobs["tma"] = False
     if knobs["tma"]:
         try:
             check_tma_layout(q, k, v)

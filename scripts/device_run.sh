@@ -51,6 +51,10 @@ stage() {
                  > "$W/gputests3.log" 2>&1; echo "gputests3 rc=$?"
                grep -cE "PASSED" "$W/gputests3.log"; grep -E "FAILED|ERROR|passed|failed" "$W/gputests3.log" | tail -15
                grep -E "^E " "$W/gputests3.log" | head -8;;
+    lastcheck) timeout 150 python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_kernel.py tests/test_gluon.py \
+                 -k "short_length or emitted or gluon" > "$W/lastcheck.log" 2>&1; echo "lastcheck rc=$?"
+               grep -cE "PASSED" "$W/lastcheck.log"; grep -E "FAILED|ERROR|passed|failed" "$W/lastcheck.log" | tail -12
+               grep -E "^E " "$W/lastcheck.log" | head -6;;
     knobtests) timeout 500 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_knobs.py \
                  > "$W/knobtests.log" 2>&1; tail -5 "$W/knobtests.log";;
     knobs) python3 -m benchmarks.knobs --json "$W/knobs.json" --markdown "$W/knobs.md" > "$W/knobs.log" 2>&1

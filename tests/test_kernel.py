@@ -359,7 +359,12 @@ def test_the_hopper_defaults_drop_tma_at_a_length_of_one(n_q, n_k):
 
     q, k = torch.zeros(1, 2, n_q, 64), torch.zeros(1, 2, n_k, 64)
     unset = (None, None, None, None) + KNOB_DEFAULTS[4:]
-    assert _with_defaults(unset, q, k, k, False, capability=90)[4] is False
+    chosen = _with_defaults(unset, q, k, k, False, capability=90)
+    portable = kernel.default_config(64, False, capability=0)
+    assert chosen[4] is False and chosen[:4] == tuple(portable[n] for n in ("block_m", "block_n", "num_warps",
+                                                                             "num_stages"))
+    assert _with_defaults(unset, torch.zeros(1, 2, 1, 128), torch.zeros(1, 2, 1, 128), k, True, 90)[:4] == tuple(
+        kernel.default_config(128, True, capability=0)[n] for n in ("block_m", "block_n", "num_warps", "num_stages"))
     assert _with_defaults(unset, torch.zeros(1, 2, 17, 64), torch.zeros(1, 2, 16, 64), k, False, 90)[4] is True
 
 
