@@ -184,34 +184,28 @@ def test_the_tiled_pytorch_backward_matches_autograd(causal):
 
 
 CROSS_COMPILE = '''
-import inspect, json, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from kernel.flash_bwd import _bwd_kv_kernel, _bwd_q_kernel
-shared = {}
-for capability in (90, 89):
-    for fn in (_bwd_kv_kernel, _bwd_q_kernel):
-        signature, constexprs, attrs = {}, {}, {}
-        for i, name in enumerate(inspect.signature(fn.fn).parameters):
-            if name in ("HEAD_DIM", "BLOCK_M", "BLOCK_N", "CAUSAL"):
-                signature[name] = "constexpr"
-                constexprs[(i,)] = {"HEAD_DIM": 64, "BLOCK_M": 64, "BLOCK_N": 64, "CAUSAL": True}[name]
-            elif name == "sm_scale":
-                signature[name] = "fp32"
-            else:
-                pointer = name in ("Q", "K", "V", "DO", "LSE", "DELTA", "DQ", "DK", "DV")
-                signature[name] = ("*fp32" if name in ("LSE", "DELTA") else "*bf16") if pointer else "i32"
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
-                                  target=GPUTarget("cuda", capability, 32), options=dict(num_warps=4, num_stages=2))
-        shared[f"sm_{capability} {fn.fn.__name__}"] = compiled.metadata.shared
-print(json.dumps(shared))
+import json
+from tuner import budget, kernels
+from tuner.gpus import GpuSpec
+from tuner.problem import Problem
+kernel = kernels.get("triton", "bwd")
+found = {}
+for target in ("sm_90", "sm_89"):
+    gpu = GpuSpec.from_name(target)
+    for key in ("64x64_w4_s2_q128x64_w8_s3", "64x64_w4_s2_q64x64_w4_s2_dq1"):
+        config = kernel.config_type.parse(key)
+        problem = Problem(head_dim=64, causal=True)
+        result = budget.check(config, problem, gpu)
+        found[f"{target} {key}"] = dict(verdict=str(result.verdict), reason=result.reason, model=result.model_bytes,
+                                        compiled=result.compiled_bytes)
+print(json.dumps(found))
 '''
 
 
-def test_the_backward_compiles_for_hopper_and_ada_without_a_gpu():
-    """bf16, D=64, causal, 64x64 tiles: both passes compile for sm_90 and sm_89 on the CPU
-    (outside the interpreter, as the tuner's budget stage compiles)."""
+def test_the_backward_cross_compiles_for_hopper_and_ada_without_a_gpu():
+    """bf16, D=64, causal: each of a config's kernels (preprocess, dK/dV, and the dQ pass or the dQ
+    finish) compiles for sm_90 and sm_89 on the CPU, as the tuner's budget stage compiles them; the
+    verdict names every kernel, and the model (a lower bound) never exceeds the compiler's figure."""
     import json
     import os
     import subprocess
@@ -222,10 +216,19 @@ def test_the_backward_compiles_for_hopper_and_ada_without_a_gpu():
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(root)
     done = subprocess.run([sys.executable, "-c", CROSS_COMPILE], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    shared = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(shared) == 4 and all(0 < b <= 99 * 1024 for b in shared.values()), shared
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) == 4
+    for case, result in found.items():
+        assert result["verdict"] in ("fits", "spills"), (case, result)
+        assert 0 < result["model"] <= result["compiled"] <= 99 * 1024 or case.startswith("sm_90"), (case, result)
+        assert result["model"] <= result["compiled"], (case, result)
+        last = "bwd_q_kernel" if "dq1" not in case else "bwd_dq_finish_kernel"
+        if result["verdict"] == "fits":      # every kernel named with its figures
+            assert all(name in result["reason"] for name in ("bwd_preprocess_kernel", "bwd_kv_kernel", last)), result
+        else:                                # the kernel that spills, named
+            assert result["reason"].startswith(("bwd_kv_kernel: spills", f"{last}: spills")), (case, result)
 
 
 @pytest.mark.parametrize("n_q, n_k", [(1, 1), (1, 5), (5, 1), (17, 16)])

@@ -75,9 +75,13 @@ def test_the_registry_names_the_triton_forward_by_default_and_refuses_what_it_la
     with pytest.raises(kernels.KernelNotFound, match=r"'no_such_kernel'.*triton \(fwd\)") as info:
         kernels.get("no_such_kernel")
     assert info.value.field == "kernel"
-    with pytest.raises(kernels.KernelNotFound, match="no pass 'bwd'; it has fwd") as info:
-        kernels.get("triton", "bwd")
+    with pytest.raises(kernels.KernelNotFound, match="no pass 'sideways'; it has bwd, fwd, fwd\\+bwd") as info:
+        kernels.get("triton", "sideways")
     assert info.value.field == "pass"
+    from tuner.kernels import triton_bwd
+
+    assert kernels.get("triton", "bwd") is triton_bwd.KERNEL and triton_bwd.KERNEL.label == "triton-bwd"
+    assert kernels.get("triton", "fwd+bwd") is triton_bwd.STEP and triton_bwd.STEP.label == "triton-fwd+bwd"
 
 
 def test_a_study_names_its_kernel_and_pass_and_unknown_ones_are_refused(tmp_path):
@@ -87,8 +91,8 @@ def test_a_study_names_its_kernel_and_pass_and_unknown_ones_are_refused(tmp_path
     assert named.fingerprint == load(_study(tmp_path, "", "named")).fingerprint     # the defaults: as before
     with pytest.raises(StudyError, match=r"kernel = 'nope'.*registered.*triton \(fwd\)"):
         load(_study(tmp_path, 'kernel = "nope"', "bad"))
-    with pytest.raises(StudyError, match=r"pass = 'bwd'.*has fwd"):
-        load(_study(tmp_path, 'pass = "bwd"', "bad"))
+    with pytest.raises(StudyError, match=r"pass = 'sideways'.*has bwd, fwd"):
+        load(_study(tmp_path, 'pass = "sideways"', "bad"))
     with pytest.raises(StudyError, match="kernel = 3 must be a non-empty string"):
         load(_study(tmp_path, "kernel = 3", "bad"))
 

@@ -114,7 +114,7 @@ def render(entries: list[Entry], study: Study, target: GpuSpec, gpu: str, rows: 
     first, kernel = rows[0], study.kernel
     dates = sorted(r.created_at for r in rows)
     lines = [
-        f'"""@triton.autotune configs for the {kernel.description}, from fa2-tuner study {study.name!r}.',
+        f'"""{kernel.emitted_what} for the {kernel.description}, from fa2-tuner study {study.name!r}.',
         "",
         f"Target {target.name} ({target.card}); measured on {gpu}; torch {first.torch_version}, "
         f"triton {first.triton_version}, driver {first.driver}; {dates[0]:%Y-%m-%d} to {dates[-1]:%Y-%m-%d}.",

@@ -115,6 +115,7 @@ class AttentionBackward(TunableKernel):
 
     pass_ = "bwd"
     emitted_imports = "from kernel import BwdConfig"
+    emitted_what = "kernel.BwdConfig configs (for kernel.bwd_autotune.AutotunedBackward)"
 
     def edge_tiles(self, config) -> _Tiles:
         """The tiles of ``config``'s passes that its edge shapes must leave one element of."""

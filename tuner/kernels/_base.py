@@ -110,6 +110,7 @@ class TunableKernel(abc.ABC):
     autotune_key: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
     emitted_imports: ClassVar[str] = "import triton"    # what an emitted list's file imports
+    emitted_what: ClassVar[str] = "@triton.autotune configs"    # what its entries are, for its docstring
 
     @property
     def label(self) -> str:

@@ -174,7 +174,7 @@ class TritonBackward(AttentionBackward):
     name = "triton"
     config_type = TritonBwdConfig
     autotune_key = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
-    description = "FA2 backward (kernel.BwdConfig, for kernel.AutotunedBackward)"
+    description = "FA2 backward"
 
     def edge_tiles(self, config: TritonBwdConfig) -> _Tiles:
         return _Tiles(max(config.block_m, config.block_m_q), max(config.block_n, config.block_n_q))
@@ -229,7 +229,7 @@ class TritonBackward(AttentionBackward):
 class TritonStep(AttentionStep, TritonBackward):
     """The training step: ``kernel.flash_attn_fwd`` at its default config, then the backward tuned."""
 
-    description = "FA2 backward in a training step (kernel.BwdConfig, for kernel.AutotunedBackward)"
+    description = "FA2 backward in a training step"
 
     def call(self, config: TritonBwdConfig, tensors: dict, problem: Problem, allocate: bool = False):
         from kernel import flash_attn_bwd, flash_attn_fwd
