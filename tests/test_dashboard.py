@@ -242,3 +242,19 @@ def test_knob_variants_get_a_selector_that_opens_on_the_fastest_variant(hand_sto
     shown = [t for t in figure.data if t.visible and t.name == "timed"]
     configs = {cell[0] for t in shown for line in t.customdata for cell in line if cell and cell[0]}
     assert configs and all(c.endswith("_tma") for c in configs)
+
+
+def test_a_page_draws_at_most_max_variants_the_fastest_first():
+    """The backward's space has hundreds of variants (dQ pass tiles, knobs): a page draws the
+    MAX_VARIANTS with the fastest timed configs, else the most that fit."""
+    from types import SimpleNamespace
+
+    from tuner.dashboard._heatmap import MAX_VARIANTS, _variants
+    from tuner.status import Status
+
+    rows = [SimpleNamespace(status=Status.TIMED, tflops=float(i)) for i in range(MAX_VARIANTS + 5)]
+    rows += [SimpleNamespace(status=Status.PENDING, tflops=None) for _ in range(3)]
+    of_row = {id(r): f"v{i:02d}" for i, r in enumerate(rows)}
+    drawn, total = _variants(rows, of_row)
+    assert total == MAX_VARIANTS + 8 and len(drawn) == MAX_VARIANTS
+    assert set(drawn) == {f"v{i:02d}" for i in range(5, MAX_VARIANTS + 5)}      # the fastest timed ones
