@@ -249,12 +249,12 @@ def test_a_page_draws_at_most_max_variants_the_fastest_first():
     MAX_VARIANTS with the fastest timed configs, else the most that fit."""
     from types import SimpleNamespace
 
-    from tuner.dashboard._heatmap import MAX_VARIANTS, _variants
+    from tuner.dashboard import MAX_VARIANTS, drawn_variants
     from tuner.status import Status
 
     rows = [SimpleNamespace(status=Status.TIMED, tflops=float(i)) for i in range(MAX_VARIANTS + 5)]
     rows += [SimpleNamespace(status=Status.PENDING, tflops=None) for _ in range(3)]
     of_row = {id(r): f"v{i:02d}" for i, r in enumerate(rows)}
-    drawn, total = _variants(rows, of_row)
+    drawn, total = drawn_variants(rows, of_row)
     assert total == MAX_VARIANTS + 8 and len(drawn) == MAX_VARIANTS
     assert set(drawn) == {f"v{i:02d}" for i in range(5, MAX_VARIANTS + 5)}      # the fastest timed ones

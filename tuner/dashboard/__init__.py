@@ -13,8 +13,9 @@ so they open without a network.
 """
 
 from tuner.dashboard._cli import main
-from tuner.dashboard._heatmap import heatmap, page_name
+from tuner.dashboard._heatmap import MAX_VARIANTS, drawn_variants, heatmap, page_name
 from tuner.dashboard._pages import build_all
 from tuner.dashboard._roofline import intensity, profiled_point, roof_tflops, roofline
 
-__all__ = ["build_all", "heatmap", "intensity", "main", "page_name", "profiled_point", "roof_tflops", "roofline"]
+__all__ = ["MAX_VARIANTS", "build_all", "drawn_variants", "heatmap", "intensity", "main", "page_name", "profiled_point",
+           "roof_tflops", "roofline"]

@@ -114,7 +114,7 @@ def knob_variant(row: Result) -> str:
 MAX_VARIANTS = 16
 
 
-def _variants(rows: list[Result], of_row: dict[int, str]) -> tuple[list[str], int]:
+def drawn_variants(rows: list[Result], of_row: dict[int, str]) -> tuple[list[str], int]:
     """(the variants drawn, how many there are), the drawn ones by their fastest timed config, then
     by how many of their configs fit (a budget-only run), plain first among equals."""
     best: dict[str, float] = {}
@@ -151,7 +151,7 @@ def heatmap(rows: list[Result], verdict: ShapeVerdict | None = None):
     warps, stages = sorted({r.num_warps for r in rows}), sorted({r.num_stages for r in rows})
     timed_rows = [r for r in rows if r.status == Status.TIMED]
     of_row = {id(r): knob_variant(r) for r in rows}          # parsed once per row, not once per variant
-    variants, total = _variants(rows, of_row)
+    variants, total = drawn_variants(rows, of_row)
     best = max(timed_rows, key=lambda r: r.tflops or 0, default=None)
     shown = of_row[id(best)] if best else variants[0]
     fig = make_subplots(rows=len(warps), cols=len(stages), shared_xaxes=True, shared_yaxes=True,
