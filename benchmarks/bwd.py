@@ -26,6 +26,9 @@ from multiprocessing import get_context
 import torch
 
 from kernel.flash_bwd import BwdConfig
+from tuner.formatting import fmt
+from tuner.kernels.triton_bwd import KERNEL as BACKWARD, STEP, from_kernel
+from tuner.problem import Problem
 
 TILES_M, TILES_N, WARPS, STAGES = (16, 32, 64), (64, 128), (4, 8), (1, 2, 3)
 TILES_Q = (32, 64, 128)
@@ -60,55 +63,25 @@ def explore_q_configs(head_dim: int, base: BwdConfig) -> list[BwdConfig]:
             if _fits(bm, bn, head_dim, 1, warps)]
 
 
-def make_sets(batch, heads, n, head_dim, dtype, causal) -> list[dict]:
-    """(q, k, v, out, lse, dout) sets, as many as keep the timed loop out of L2."""
-    from kernel import flash_attn_fwd
+def _problem(batch: int, heads: int, n: int, head_dim: int, causal: bool) -> Problem:
+    return Problem(batch=batch, heads=heads, n_q=n, n_k=n, head_dim=head_dim, dtype="bf16", causal=causal)
+
+
+def make_sets(problem: Problem) -> list[dict]:
+    """The backward's tensors (q, k, v, dout, out, lse and room for the gradients, the tuner's own
+    :meth:`~tuner.kernels.TunableKernel.inputs`), as many sets as keep the timed loop out of L2."""
     from kernel.timing import input_sets
 
-    per_set = 6 * batch * heads * n * head_dim * torch.finfo(dtype).bits // 8
-    sets = []
-    for _ in range(input_sets(per_set)):
-        q, k, v, dout = (torch.randn(batch, heads, n, head_dim, device="cuda", dtype=dtype) for _ in range(4))
-        out, lse = flash_attn_fwd(q, k, v, causal)
-        sets.append(dict(q=q, k=k, v=v, dout=dout, out=out, lse=lse))
-    return sets
+    per_set = 6 * problem.batch * problem.heads * problem.n_q * problem.head_dim * 2
+    return [BACKWARD.inputs(problem, "cuda") for _ in range(input_sets(per_set))]
 
 
-def our_calls(sets, causal, config: BwdConfig):
-    from kernel import flash_attn_bwd
-
-    return [lambda s=s: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal, config=config)
-            for s in sets]
+def our_calls(sets, problem: Problem, config: BwdConfig) -> list:
+    """One user's call (allocating its gradients) of ``config`` per set."""
+    return [BACKWARD.call(from_kernel(config), s, problem, allocate=True) for s in sets]
 
 
-def sdpa_backward_calls(sets, causal, backend: str, stream=None):
-    """autograd.grad of SDPA's forward with ``backend``, one call per set (None: the backend refuses).
-
-    The forwards run on ``stream`` (default the current one): autograd runs each backward op on
-    its forward's stream, so a CUDA graph of the backward must be captured there.
-    """
-    import contextlib
-
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from kernel.timing import SDPA_BACKENDS
-
-    calls = []
-    with sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[backend])), (
-            torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
-        for s in sets:
-            q, k, v = (s[name].detach().requires_grad_() for name in ("q", "k", "v"))
-            try:
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            except RuntimeError:
-                return None
-            calls.append(lambda out=out, q=q, k=k, v=v, dout=s["dout"]: torch.autograd.grad(
-                out, (q, k, v), dout, retain_graph=True))
-    return calls
-
-
-def _reference(s, causal):
+def _reference(s, problem: Problem):
     """float32 autograd gradients through the math path, and SDPA-flash's own bf16 error against them."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -117,9 +90,11 @@ def _reference(s, causal):
 
     q, k, v = (s[name].float().requires_grad_() for name in ("q", "k", "v"))
     with sdpa_kernel(SDPBackend.MATH):
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=problem.causal)
     reference = torch.autograd.grad(out, (q, k, v), s["dout"].float())
-    theirs = sdpa_backward_calls([s], causal, "flash")[0]()
+    pin, calls = BACKWARD.baselines([s], problem)["flash"]
+    with pin():
+        theirs = calls[0]()
     return reference, [rel_err(t, r) for t, r in zip(theirs, reference)]
 
 
@@ -148,20 +123,20 @@ def precompile(jobs: int, work: list[tuple[int, bool, list[BwdConfig]]]) -> None
             print("  precompile", line, file=sys.stderr, flush=True)
 
 
-def _try(sets, causal, config: BwdConfig, reference, sdpa_err, flops: float) -> dict:
+def _try(sets, problem: Problem, config: BwdConfig, reference, sdpa_err, flops: float) -> dict:
     """One config: checked on the first input set against the float32 reference, then timed."""
     from kernel.reference import rel_err
     from kernel.timing import gpu_time
 
     entry = dict(config=config.__dict__)
     try:
-        ours = our_calls(sets[:1], causal, config)[0]()
+        ours = our_calls(sets[:1], problem, config)[0]()
         errors = [rel_err(g, r) for g, r in zip(ours, reference)]
         entry["err"] = errors
         if any(not e <= max(3 * t, 5e-3) for e, t in zip(errors, sdpa_err)):
             entry["failed"] = f"incorrect: errors {errors} vs SDPA's {sdpa_err}"
         else:
-            timing = gpu_time(our_calls(sets, causal, config))
+            timing = gpu_time(our_calls(sets, problem, config))
             entry.update(ms=timing.ms, tflops=flops / timing.ms * 1e-9, timer=timing.method)
     except Exception as exc:  # noqa: BLE001 (a config the compiler or launcher refuses is a result)
         entry["failed"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200] if str(exc) else ''}"
@@ -170,30 +145,26 @@ def _try(sets, causal, config: BwdConfig, reference, sdpa_err, flops: float) -> 
 
 def bench_shape(batch, heads, n, head_dim, causal, first: list[BwdConfig], second=None) -> dict:
     """SDPA's backward, then ``first``'s configs, then ``second(best of first)``'s, on one shape."""
-    from kernel.timing import attention_flops, gpu_time
+    from kernel.timing import time_backends
 
-    sets = make_sets(batch, heads, n, head_dim, torch.bfloat16, causal)
-    flops = 2.5 * attention_flops(batch, heads, n, n, head_dim, causal)
-    reference, sdpa_err = _reference(sets[0], causal)
+    problem = _problem(batch, heads, n, head_dim, causal)
+    sets = make_sets(problem)
+    flops = BACKWARD.flops(problem)
+    reference, sdpa_err = _reference(sets[0], problem)
     row = dict(B=batch, H=heads, N=n, D=head_dim, causal=causal, input_sets=len(sets), sdpa_err=sdpa_err, tried=[])
-    for backend in ("flash", "cudnn"):
-        stream = torch.cuda.Stream()
-        calls = sdpa_backward_calls(sets, causal, backend, stream)
-        torch.cuda.synchronize()
-        timing = gpu_time(calls, stream=stream) if calls else None
-        row[f"{backend}_ms"] = timing.ms if timing else None
-        row[f"{backend}_timer"] = timing.method if timing else None
-    row["tried"] = [_try(sets, causal, config, reference, sdpa_err, flops) for config in first]
+    for backend, result in time_backends(BACKWARD.baselines(sets, problem), host=False).items():
+        row[f"{backend}_ms"], row[f"{backend}_timer"] = result["ms"], result["method"]
+    row["tried"] = [_try(sets, problem, config, reference, sdpa_err, flops) for config in first]
     timed = [e for e in row["tried"] if "ms" in e]
     if timed and second is not None:
         seen = {BwdConfig(**e["config"]) for e in row["tried"]}
         more = [c for c in second(BwdConfig(**min(timed, key=lambda e: e["ms"])["config"])) if c not in seen]
-        row["tried"] += [_try(sets, causal, config, reference, sdpa_err, flops) for config in more]
+        row["tried"] += [_try(sets, problem, config, reference, sdpa_err, flops) for config in more]
         timed = [e for e in row["tried"] if "ms" in e]
     if timed:
         best = min(timed, key=lambda e: e["ms"])
         row.update(best=best["config"], ours_ms=best["ms"], ours_tflops=best["tflops"])
-        row.update(training_step(sets, causal, BwdConfig(**best["config"]), flops / 2.5 * 3.5))
+        row.update(training_step(sets, problem, BwdConfig(**best["config"])))
     for backend in ("flash", "cudnn"):
         ms = row[f"{backend}_ms"]
         row[f"{backend}_tflops"] = flops / ms * 1e-9 if ms else None
@@ -203,49 +174,28 @@ def bench_shape(batch, heads, n, head_dim, causal, first: list[BwdConfig], secon
 
 def host_costs(head_dim: int, causal: bool, config: BwdConfig, n: int = 512) -> dict:
     """Host µs per backward call at a short length (the GPU keeps up): ours and SDPA's autograd backward."""
-    from kernel.timing import host_us
+    from kernel.timing import host_us, runs
 
-    sets = make_sets(4, 8, n, head_dim, torch.bfloat16, causal)[:1]
-    row = dict(D=head_dim, causal=causal, N=n, ours_host_us=host_us(our_calls(sets, causal, config)[0]))
-    for backend in ("flash", "cudnn"):
-        calls = sdpa_backward_calls(sets, causal, backend)
-        row[f"{backend}_host_us"] = host_us(calls[0]) if calls else None
+    problem = _problem(4, 8, n, head_dim, causal)
+    sets = make_sets(problem)[:1]
+    row = dict(D=head_dim, causal=causal, N=n, ours_host_us=host_us(our_calls(sets, problem, config)[0]))
+    for backend, (pin, calls) in BACKWARD.baselines(sets, problem).items():
+        row[f"{backend}_host_us"] = host_us(calls[0]) if runs((pin, calls)) else None
     return row
 
 
-def training_step(sets, causal, config: BwdConfig, flops: float) -> dict:
-    """fwd+bwd: our default forward then the backward, against SDPA's forward and autograd backward."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def training_step(sets, problem: Problem, config: BwdConfig) -> dict:
+    """fwd+bwd (the tuner's ``fwd+bwd`` pass): our default forward then the backward, against
+    SDPA's forward and autograd backward."""
+    from kernel.timing import gpu_time, time_backends
 
-    from kernel import flash_attn_bwd, flash_attn_fwd
-    from kernel.timing import SDPA_BACKENDS, gpu_time
-
-    def ours(s):
-        out, lse = flash_attn_fwd(s["q"], s["k"], s["v"], causal)
-        return flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], out, lse, causal, config=config)
-
-    row = {"step_ms": gpu_time([lambda s=s: ours(s) for s in sets]).ms}
-    leaves = [tuple(s[n].detach().requires_grad_() for n in ("q", "k", "v")) for s in sets]
-
-    def sdpa(leaf, dout):
-        out = F.scaled_dot_product_attention(*leaf, is_causal=causal)
-        return torch.autograd.grad(out, leaf, dout)
-
-    for backend in ("flash", "cudnn"):
-        with sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[backend])):
-            try:
-                ms = gpu_time([lambda leaf=leaf, s=s: sdpa(leaf, s["dout"]) for leaf, s in zip(leaves, sets)]).ms
-            except RuntimeError:
-                ms = None
+    row = {"step_ms": gpu_time([STEP.call(from_kernel(config), s, problem, allocate=True) for s in sets]).ms}
+    for backend, result in time_backends(STEP.baselines(sets, problem), host=False).items():
+        ms = result["ms"]
         row[f"step_{backend}_ms"] = ms
         row[f"step_vs_{backend}"] = ms / row["step_ms"] if ms else None
-    row["step_tflops"] = flops / row["step_ms"] * 1e-9
+    row["step_tflops"] = STEP.flops(problem) / row["step_ms"] * 1e-9
     return row
-
-
-def _fmt(value, spec):
-    return "n/a" if value is None else format(value, spec)
 
 
 def _key(c: dict) -> str:
@@ -263,12 +213,12 @@ def table(rows: list[dict], env: dict) -> str:
     for r in rows:
         host = r.get("host", {})
         lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {_key(r['best']) if r.get('best') else 'none'} "
-                     f"| {_fmt(r.get('ours_ms'), '.4f')} | {_fmt(r.get('ours_tflops'), '.0f')} | "
-                     f"{_fmt(r['flash_ms'], '.4f')} | {_fmt(r['cudnn_ms'], '.4f')} | {_fmt(r['vs_flash'], '.2f')} | "
-                     f"{_fmt(r['vs_cudnn'], '.2f')} | {_fmt(host.get('ours_host_us'), '.1f')} | "
-                     f"{_fmt(host.get('flash_host_us'), '.1f')} | {_fmt(host.get('cudnn_host_us'), '.1f')} | "
+                     f"| {fmt(r.get('ours_ms'), '.4f')} | {fmt(r.get('ours_tflops'), '.0f')} | "
+                     f"{fmt(r['flash_ms'], '.4f')} | {fmt(r['cudnn_ms'], '.4f')} | {fmt(r['vs_flash'], '.2f')} | "
+                     f"{fmt(r['vs_cudnn'], '.2f')} | {fmt(host.get('ours_host_us'), '.1f')} | "
+                     f"{fmt(host.get('flash_host_us'), '.1f')} | {fmt(host.get('cudnn_host_us'), '.1f')} | "
                      f"{sum('ms' in e for e in r['tried'])} of {len(r['tried'])} | "
-                     f"{_fmt(r.get('step_vs_flash'), '.2f')} | {_fmt(r.get('step_vs_cudnn'), '.2f')} |")
+                     f"{fmt(r.get('step_vs_flash'), '.2f')} | {fmt(r.get('step_vs_cudnn'), '.2f')} |")
     return "\n".join(lines)
 
 
@@ -334,10 +284,10 @@ def main(argv=None) -> int:
             rows[-1]["host"] = host_costs(d, c, BwdConfig(**rows[-1]["best"]), args.host_n)
         r = rows[-1]
         print(f"D={d} causal={c}: best {_key(r['best']) if r.get('best') else 'none'} "
-              f"{_fmt(r.get('ours_tflops'), '.0f')} TFLOP/s, x flash {_fmt(r['vs_flash'], '.2f')}, "
-              f"x cuDNN {_fmt(r['vs_cudnn'], '.2f')}", flush=True)
+              f"{fmt(r.get('ours_tflops'), '.0f')} TFLOP/s, x flash {fmt(r['vs_flash'], '.2f')}, "
+              f"x cuDNN {fmt(r['vs_cudnn'], '.2f')}", flush=True)
         for entry in sorted(r["tried"], key=lambda e: e.get("ms", 1e9))[:6]:
-            print(f"   {_key(entry['config'])}: {_fmt(entry.get('ms'), '.4f')} ms {entry.get('failed', '')}",
+            print(f"   {_key(entry['config'])}: {fmt(entry.get('ms'), '.4f')} ms {entry.get('failed', '')}",
                   flush=True)
     text = table(rows, env) + ("\n\n" + knob_effects(rows) if args.explore else "")
     print(text)

@@ -30,6 +30,7 @@ from kernel.timing import (
     time_backends,
     warm_gpu,
 )
+from tuner.formatting import fmt
 from tuner.kernels.triton_fwd import KERNEL, FwdConfig
 from tuner.problem import Problem
 
@@ -100,10 +101,6 @@ def _knobs(config: dict) -> str:
     return "".join(f", {k}" for k in set_knobs)
 
 
-def _fmt(value, spec):
-    return "n/a" if value is None else format(value, spec)
-
-
 def table(rows: list[dict], env: dict[str, str]) -> str:
     """A markdown table of result rows, with the environment above it."""
     lines = [environment_line(env), "",
@@ -115,9 +112,9 @@ def table(rows: list[dict], env: dict[str, str]) -> str:
         lines.append(
             f"| {r['D']} | {r['N']} | {'yes' if r['causal'] else 'no'} | "
             f"{c['block_m']}x{c['block_n']}, {c['num_warps']}, {c['num_stages']}{_knobs(c)} | {r['ours_ms']:.4f} | "
-            f"{r['ours_tflops']:.0f} | {_fmt(r['flash_ms'], '.4f')} | {_fmt(r['cudnn_ms'], '.4f')} | "
-            f"{_fmt(r['cudnn_tflops'], '.0f')} | {_fmt(r['vs_flash'], '.2f')} | {_fmt(r['vs_cudnn'], '.2f')} | "
-            f"{r['ours_host_us']:.1f} | {_fmt(r['flash_host_us'], '.1f')} | {_fmt(r['cudnn_host_us'], '.1f')} |")
+            f"{r['ours_tflops']:.0f} | {fmt(r['flash_ms'], '.4f')} | {fmt(r['cudnn_ms'], '.4f')} | "
+            f"{fmt(r['cudnn_tflops'], '.0f')} | {fmt(r['vs_flash'], '.2f')} | {fmt(r['vs_cudnn'], '.2f')} | "
+            f"{r['ours_host_us']:.1f} | {fmt(r['flash_host_us'], '.1f')} | {fmt(r['cudnn_host_us'], '.1f')} |")
     ran = [b for b in SDPA_BACKENDS if any(r[f"{b}_ms"] for r in rows)]
     timers = sorted({r["timer"] for r in rows})
     lines += ["", f"SDPA backends that ran: {', '.join(ran) or 'none'}. x SDPA = SDPA time / our time "
@@ -172,7 +169,7 @@ def main(argv=None) -> int:
         rows.append(bench_case(4, 8, n, d, c, config=config, pick=args.pick))
         r = rows[-1]
         print(f"D={d} N={n} causal={c}: ours {r['ours_ms']:.4f} ms ({r['ours_host_us']:.1f} µs host), "
-              f"x flash {_fmt(r['vs_flash'], '.2f')}, x cuDNN {_fmt(r['vs_cudnn'], '.2f')}", flush=True)
+              f"x flash {fmt(r['vs_flash'], '.2f')}, x cuDNN {fmt(r['vs_cudnn'], '.2f')}", flush=True)
     text = table(rows, env)
     print(text)
     if args.markdown:

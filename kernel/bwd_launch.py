@@ -16,7 +16,7 @@ from dataclasses import replace
 import torch
 import triton
 
-from kernel.checks import check_inputs, is_count
+from kernel.checks import check_inputs, is_count, is_pow2, tma_misfit
 from kernel.flash_bwd import (
     DQ_MODES,
     PREPROCESS_BLOCK,
@@ -28,7 +28,32 @@ from kernel.flash_bwd import (
     q_arguments,
 )
 from kernel.flash_fwd import flash_attn_fwd
-from kernel.launch import current_device, current_stream, direct_runner, hooks_busy, interpreting, use_tma_allocator
+from kernel.launch import (
+    cached_plan,
+    current_device,
+    current_stream,
+    device_capability,
+    direct_runner,
+    hooks_busy,
+    interpreting,
+    sm_count,
+    use_tma_allocator,
+)
+
+# Each kernel's argument list and the tensors it takes, by the plan's names for them: the launcher
+# and the tuner's cross-compile both build a kernel's arguments from here (fp32: FP32_TENSORS).
+UNIT_ARGUMENTS = {"preprocess": (preprocess_arguments, ("out", "dout", "delta", "dq_acc")),
+                  "kv": (kv_arguments, ("q", "k", "v", "dout", "lse", "delta", "dk", "dv", "dq_acc")),
+                  "q": (q_arguments, ("q", "k", "v", "dout", "lse", "delta", "dq")),
+                  "dq_finish": (finish_arguments, ("dq_acc", "dq"))}
+FP32_TENSORS = ("lse", "delta", "dq_acc")
+
+
+def unit_constexprs(fn, head_dim: int, causal: bool, constexprs: dict) -> list[tuple[str, object]]:
+    """A kernel's constexprs in signature order: the config's, the head dim, and causal where it takes it."""
+    given = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), **constexprs)
+    return [(name, given[name]) for name in fn.arg_names if name in given]
+
 
 # The H200 winners of ``python -m benchmarks.bwd --explore`` (bf16, B4 H8 N4096; each dK/dV
 # config with the dQ pass held fixed, then the dQ pass on the best of them; docs/results/
@@ -55,10 +80,7 @@ def default_bwd_config(head_dim: int, causal: bool = False, capability: int | No
     cannot predicate TMA descriptors then (seen in the forward), so such calls take plain loads.
     """
     if capability is None:
-        capability = 0
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
-            capability = 10 * major + minor
+        capability = device_capability()
     config = HOPPER_BWD.get((head_dim, bool(causal))) if 90 <= capability < 100 else None
     if config is None:
         warps = 8 if head_dim == 128 else 4
@@ -78,11 +100,11 @@ def check_bwd_config(config: BwdConfig) -> None:
     """Raise ValueError / TypeError naming the first bad field of a backward config."""
     for name in ("block_m", "block_n", "block_m_q", "block_n_q"):
         value = getattr(config, name)
-        if not is_count(value, 16) or value & (value - 1):
+        if not is_count(value, 16) or not is_pow2(value):
             raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
     for name in ("num_warps", "num_warps_q"):
         value = getattr(config, name)
-        if not is_count(value, 1) or value & (value - 1) or value > 32:
+        if not is_count(value, 1) or not is_pow2(value) or value > 32:
             raise ValueError(f"{name}={value!r} must be a power of two from 1 to 32")
     for name in ("num_stages", "num_stages_q"):
         if not is_count(getattr(config, name), 1):
@@ -105,16 +127,12 @@ def _check_like(t, name: str, like: torch.Tensor) -> None:
                          + (f" {t.dtype} on {t.device}" if isinstance(t, torch.Tensor) else ""))
 
 
+TMA_FIX = "use tma=False, dq_mode='pass' or 'atomic', or contiguous inputs"
+
+
 def _tma_misfit(tensors) -> str | None:
-    """Why TMA cannot read these (name, tensor) pairs: a start or a batch, head or row stride
-    that is not a multiple of 16 bytes; None when it can."""
-    for name, t in tensors:
-        element = t.element_size()
-        if t.data_ptr() % 16 or any(t.stride(i) * element % 16 for i in range(t.ndim - 1)):
-            return (f"tma needs {name}'s start and its batch, head and row strides in multiples of 16 "
-                    f"bytes; got strides {tuple(t.stride())} of {element}-byte elements at address % 16 = "
-                    f"{t.data_ptr() % 16}; use tma=False, dq_mode='pass' or 'atomic', or contiguous inputs")
-    return None
+    """Why TMA cannot read these (name, tensor) pairs (:func:`kernel.checks.tma_misfit`); None when it can."""
+    return tma_misfit(tensors, "tma", TMA_FIX)
 
 
 def _check_tma(config: BwdConfig, tensors) -> None:
@@ -152,24 +170,19 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2)
 
 
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 class _Unit:
     """One kernel of a plan: its grid and every argument but the tensors; launched through
     the JIT until it has compiled, then directly (Triton 3.6's C entry point)."""
 
-    def __init__(self, fn, grid, arguments: list[tuple[str, object]], constexprs: dict, options: dict):
+    def __init__(self, fn, grid, arguments: list[tuple[str, object]], constexprs: list[tuple[str, object]],
+                 options: dict):
         self.fn, self.grid, self.options = fn, grid, options
-        self.names = [name for name, _ in arguments]
         self.values = [value for _, value in arguments]
         self.tensor_slots = [i for i, value in enumerate(self.values) if isinstance(value, str)]
-        self.constexprs = constexprs
-        ordered = {**dict(arguments), **constexprs}
-        self.all_values = [ordered.get(name) for name in fn.arg_names]
+        self.constexprs = dict(constexprs)
+        # Every argument, constexprs included, goes to a direct launch in signature order; the runtime
+        # arguments come first in every kernel here, so the constexprs follow as the tail.
+        self.tail = tuple(value for _, value in constexprs)
         self.run = self.head = None
 
     def __call__(self, tensors: dict[str, torch.Tensor]) -> None:
@@ -184,9 +197,6 @@ class _Unit:
     def _launch_jit(self, values: list) -> None:
         compiled = self.fn[self.grid](*values, **self.constexprs, **self.options)
         if self.run is None and not interpreting() and getattr(compiled, "function", None) is not None:
-            # Every argument, constexprs included, goes in signature order; the runtime arguments come
-            # first in every kernel here, so the constexprs follow as the tail.
-            self.tail = tuple(self.all_values[len(values):])
             self.run, self.head = direct_runner(compiled)
 
 
@@ -204,30 +214,21 @@ class BwdPlan:
         self.shape = BwdShape(batch, heads, n_q, n_k, head_dim, _strides(q4), _strides(k4), _strides(v4),
                               _strides(do4), contiguous_q, contiguous_k, contiguous_k, _strides(o4))
         self.atomic = config.dq_mode != "pass"
-        self.units = self._units(config, batch * heads, _sm_count(q.device)) if batch * heads else []
+        self.units = self._units(config, batch * heads, sm_count(q.device)) if batch * heads else []
 
     def _units(self, config: BwdConfig, bh: int, sms: int) -> list[_Unit]:
-        shape, causal = self.shape, self.causal
+        shape = self.shape
         rows = (triton.cdiv(shape.n_q, PREPROCESS_BLOCK), bh)
         tiles_n = triton.cdiv(shape.n_k, config.block_n) * bh
-        kv_grid = (min(config.persistent * sms, tiles_n), 1) if config.persistent else (
-            triton.cdiv(shape.n_k, config.block_n), bh)
+        grids = {"preprocess": rows, "dq_finish": rows, "q": (triton.cdiv(shape.n_q, config.block_m_q), bh),
+                 "kv": (min(config.persistent * sms, tiles_n), 1) if config.persistent else (
+                     triton.cdiv(shape.n_k, config.block_n), bh)}
         units = []
         for name, fn, constexprs, options in config.units():
-            common = dict(HEAD_DIM=shape.head_dim, **constexprs)
-            if name == "preprocess" and shape.n_q:
-                units.append(_Unit(fn, rows, preprocess_arguments(("out", "dout", "delta", "dq_acc"), shape),
-                                   common, options))
-            elif name == "kv" and shape.n_k and shape.n_q:
-                units.append(_Unit(fn, kv_grid, kv_arguments(("q", "k", "v", "dout", "lse", "delta", "dk", "dv",
-                                                              "dq_acc"), shape), dict(common, CAUSAL=causal),
-                                   options))
-            elif name == "q" and shape.n_q:
-                grid = (triton.cdiv(shape.n_q, config.block_m_q), bh)
-                units.append(_Unit(fn, grid, q_arguments(("q", "k", "v", "dout", "lse", "delta", "dq"), shape),
-                                   dict(common, CAUSAL=causal), options))
-            elif name == "dq_finish" and shape.n_q:
-                units.append(_Unit(fn, rows, finish_arguments(("dq_acc", "dq"), shape), common, options))
+            if shape.n_q and (shape.n_k or name != "kv"):       # no query: nothing runs; no key: no dK/dV kernel
+                arguments, tensors = UNIT_ARGUMENTS[name]
+                units.append(_Unit(fn, grids[name], arguments(tensors, shape),
+                                   unit_constexprs(fn, shape.head_dim, self.causal, constexprs), options))
         return units
 
     def __call__(self, dout, q, k, v, out, lse, dq=None, dk=None, dv=None):
@@ -255,10 +256,6 @@ class BwdPlan:
         return dq, dk, dv
 
 
-_PLANS: dict[tuple, BwdPlan] = {}
-_PLAN_LIMIT = 4096
-
-
 def _plan_key(config, causal, tensors) -> tuple:
     # Pointer alignment is in the key: the JIT compiles 16-byte aligned pointers differently.
     return (config, causal) + tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16)
@@ -282,20 +279,17 @@ def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads
     """The cached plan for this call, made (and every input checked) on first sight."""
     try:
         key = _plan_key(config, causal, (dout, q, k, v, out, lse, *grads))
-        plan = _PLANS.get(key)
     except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
-        key = plan = None
-    if plan is None:
+        key = None
+
+    def make() -> BwdPlan:
         check_bwd_inputs(dout, q, k, v, out, lse, causal, config)
         _check_grads(grads, q, k, v)
         if config.tma or config.dq_mode == "tma":
             use_tma_allocator()
-        plan = BwdPlan(config, q, k, v, dout, out, causal)
-        if key is not None:
-            if len(_PLANS) >= _PLAN_LIMIT:
-                _PLANS.clear()
-            _PLANS[key] = plan
-    return plan
+        return BwdPlan(config, q, k, v, dout, out, causal)
+
+    return cached_plan(key, make)
 
 
 # --------------------------------------------------------------------------- entry points

@@ -11,7 +11,7 @@ import torch
 from kernel.launch import interpreting
 
 __all__ = ["DTYPES", "HEAD_DIMS", "check_inputs", "check_output", "check_outputs", "check_tma_layout", "is_count",
-           "is_pow2"]
+           "is_pow2", "tma_misfit"]
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -81,13 +81,21 @@ def check_outputs(q: torch.Tensor, out: torch.Tensor | None, lse: torch.Tensor |
             raise ValueError(f"lse must be contiguous; got strides {tuple(lse.stride())}")
 
 
+def tma_misfit(tensors, knob: str, fix: str) -> str | None:
+    """Why TMA cannot read these (name, tensor) pairs through per-head descriptors, or None: a
+    head's first byte and every batch, head and row stride must be multiples of 16 bytes. The
+    message names ``knob`` ("tma=True") and ends with ``fix``."""
+    for name, t in tensors:
+        element = t.element_size()
+        if t.data_ptr() % 16 or any(t.stride(i) * element % 16 for i in range(t.ndim - 1)):
+            return (f"{knob} needs {name}'s start and its batch, head and row strides in multiples of 16 bytes; got "
+                    f"strides {tuple(t.stride())} of {element}-byte elements at address % 16 = {t.data_ptr() % 16}; "
+                    f"{fix}")
+    return None
+
+
 def check_tma_layout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """TMA reads each head's [N_k, D] keys through a descriptor: the head's first byte and
-    every row stride must be multiples of 16 bytes."""
-    element = k.element_size()
-    for name, t in (("k", k), ("v", v)):
-        head_strides = [t.stride(i) for i in range(t.ndim - 2)]
-        if t.data_ptr() % 16 or any(s * element % 16 for s in head_strides + [t.stride(-2)]):
-            raise ValueError(f"tma=True needs {name}'s start and its batch, head and row strides in multiples of "
-                             f"16 bytes; got strides {tuple(t.stride())} of {element}-byte elements at "
-                             f"address % 16 = {t.data_ptr() % 16}; use tma=False or a contiguous copy")
+    """TMA reads each head's [N_k, D] keys through a descriptor (:func:`tma_misfit`'s rule)."""
+    misfit = tma_misfit((("k", k), ("v", v)), "tma=True", "use tma=False or a contiguous copy")
+    if misfit:
+        raise ValueError(misfit)

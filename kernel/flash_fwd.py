@@ -26,7 +26,15 @@ import triton
 import triton.language as tl
 
 from kernel.checks import check_inputs, check_outputs, check_tma_layout, is_count, is_pow2
-from kernel.launch import LaunchPlan, LaunchShape, LaunchSpec, cached_plan, plan_key, use_tma_allocator
+from kernel.launch import (
+    LaunchPlan,
+    LaunchShape,
+    LaunchSpec,
+    cached_plan,
+    device_capability,
+    plan_key,
+    use_tma_allocator,
+)
 
 LOG2E = 1.4426950408889634
 LN2 = tl.constexpr(0.6931471805599453)  # a constexpr: the compiled kernel reads it
@@ -273,10 +281,7 @@ def default_config(head_dim: int, causal: bool = False, capability: int | None =
             CUDA device, or a non-Hopper choice without one.
     """
     if capability is None:
-        capability = 0
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
-            capability = 10 * major + minor
+        capability = device_capability()
     hopper = 90 <= capability < 100
     if head_dim == 64 and hopper:
         if causal:

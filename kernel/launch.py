@@ -24,8 +24,9 @@ from typing import Any
 import torch
 import triton
 
-__all__ = ["PLANS", "LaunchPlan", "LaunchShape", "LaunchSpec", "cached_plan", "interpreting", "plan_key",
-           "tma_scratch", "use_tma_allocator"]
+__all__ = ["PLANS", "LaunchPlan", "LaunchShape", "LaunchSpec", "cached_plan", "current_device", "current_stream",
+           "device_capability", "direct_runner", "hooks_busy", "interpreting", "plan_key", "sm_count", "tma_scratch",
+           "use_tma_allocator"]
 
 
 def interpreting() -> bool:
@@ -163,7 +164,7 @@ class LaunchPlan:
         o_strides = out.stride() if out is not None else _contiguous_strides(q.shape)
         self.shape = LaunchShape(batch, heads, n_q, n_k, head_dim, *(_row_strides(q.shape, s) for s in strides),
                                  _row_strides(q.shape, o_strides))
-        self._sms = _sm_count(q.device)
+        self._sms = sm_count(q.device)
         block_m = launch.get("BLOCK_M")
         self.grid = None if batch * heads * n_q == 0 else (
             self._grid(block_m, launch.get("PERSISTENT", 0)) if block_m else (None, batch * heads))
@@ -214,10 +215,19 @@ class LaunchPlan:
         self.compiled, self._run = compiled, run
 
 
-def _sm_count(device: torch.device) -> int:
+def sm_count(device: torch.device) -> int:
+    """The device's multiprocessors: what a persistent grid is sized by."""
     if device.type != "cuda":
         return 4          # the interpreter: a few programs, so the persistent loop runs several tiles each
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def device_capability() -> int:
+    """The current CUDA device's compute capability as an int (90 for sm_90); 0 without one."""
+    if not torch.cuda.is_available():
+        return 0
+    major, minor = torch.cuda.get_device_capability()
+    return 10 * major + minor
 
 
 def tma_scratch(size: int, alignment: int, stream) -> torch.Tensor:
@@ -245,7 +255,7 @@ def plan_key(kernel, q, k, v, causal, config, out, lse) -> tuple:
             None if lse is None else (lse.shape, lse.stride(), lse.dtype, lse.device, lse.data_ptr() % 16))
 
 
-def cached_plan(key: tuple | None, make: Callable[[], LaunchPlan]) -> LaunchPlan:
+def cached_plan(key: tuple | None, make: Callable[[], Any]) -> Any:
     """The plan kept under ``key``, else ``make()``'s, kept (``key`` None: not kept)."""
     plan = None if key is None else PLANS.get(key)
     if plan is None:

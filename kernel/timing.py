@@ -121,20 +121,19 @@ class OnStream(list):
 
 
 def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0,
-                       settle_ms: float = 0.0, stream: torch.cuda.Stream | None = None) -> list[float]:
+                       settle_ms: float = 0.0) -> list[float]:
     """GPU ms per call of each timed replay of a CUDA graph that cycles through ``calls``.
 
     One replay holds whole passes over ``calls`` worth about a millisecond of GPU time,
     so the gaps between replays are a small share. ``settle_ms`` of replays run untimed
     first (the clocks settle after the host work that built the graph); then ``rep_ms``
-    of replays are timed one by one with CUDA events. ``stream``: the stream to capture on
-    (a backward through autograd runs on its forward's stream, so that forward must have
-    run on this one); default a new one.
+    of replays are timed one by one with CUDA events. The graph captures on a new stream, or on
+    ``calls.stream`` where the calls say they must (:class:`OnStream`).
 
     Raises:
         RuntimeError: the calls cannot be captured (the caller falls back to do_bench).
     """
-    side = stream or getattr(calls, "stream", None) or torch.cuda.Stream()   # warm up where the graph captures
+    side = getattr(calls, "stream", None) or torch.cuda.Stream()   # warm up where the graph captures
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for call in calls:                   # compile and load outside the capture
@@ -162,14 +161,13 @@ def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40
     return per_call
 
 
-def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, settle_ms: float = 0.0,
-                  stream: torch.cuda.Stream | None = None) -> float:
+def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, settle_ms: float = 0.0) -> float:
     """Median GPU ms per call over graph replays (:func:`graph_replay_times`)."""
-    return statistics.median(graph_replay_times(calls, rep_ms, settle_ms, stream))
+    return statistics.median(graph_replay_times(calls, rep_ms, settle_ms))
 
 
 def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup_ms: int = 10,
-             settle_ms: float = 0.0, stream: torch.cuda.Stream | None = None) -> Timing:
+             settle_ms: float = 0.0) -> Timing:
     """GPU time per call by graph replay, or ``do_bench`` where capture fails (see module doc).
 
     ``settle_ms`` of untimed replays first: under sustained load an H200 draws its ~700 W
@@ -178,7 +176,7 @@ def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup
     each other (:data:`RETIME`) settle first and time longer.
     """
     try:
-        return Timing(graph_time_ms(calls, rep_ms, settle_ms, stream), GRAPH)
+        return Timing(graph_time_ms(calls, rep_ms, settle_ms), GRAPH)
     except RuntimeError:
         torch.cuda.synchronize()
         return Timing(do_bench_median(calls[0], warmup_ms, int(rep_ms)), DO_BENCH)

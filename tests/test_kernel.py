@@ -286,7 +286,7 @@ def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, config, 
     monkeypatch.setattr(ff, "_current_stream", lambda index: "STREAM")
     q = torch.randn(2, 3, 40, 16, device=device)
     out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device=device)
-    monkeypatch.setattr(ff, "_sm_count", lambda device: 4)
+    monkeypatch.setattr(ff, "sm_count", lambda device: 4)
     plan = _plan(q, q, q, True, config, out, lse)
     args = [value for _, value in kernel.kernel_arguments((q, q, q, out, lse), plan.shape, True)]
     plan._adopt(Compiled(), args)

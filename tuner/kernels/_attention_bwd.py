@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
 
 from tuner.kernels._attention import random_qkv
 from tuner.kernels._base import Case, GateResult, NamedError, Pinned, TunableKernel
@@ -87,15 +86,6 @@ def backward_reference(q, k, v, dout, causal: bool, device: str) -> tuple:
     return out.to(q.dtype).contiguous(), lse.float().contiguous(), reference, _torch_grads(q, k, v, dout, causal)
 
 
-@dataclass(frozen=True)
-class _Tiles:
-    """The tiles the gate's edge shapes are made of: the largest of each pass's, so that the last
-    tile of every pass holds one valid row (or key)."""
-
-    block_m: int
-    block_n: int
-
-
 class _StreamPin:
     """An SDPA backend's pin that also says on which stream its backward calls must be captured."""
 
@@ -116,20 +106,6 @@ class AttentionBackward(TunableKernel):
     pass_ = "bwd"
     emitted_imports = "from kernel import BwdConfig"
     emitted_what = "kernel.BwdConfig configs (for kernel.bwd_autotune.AutotunedBackward)"
-
-    def edge_tiles(self, config) -> _Tiles:
-        """The tiles of ``config``'s passes that its edge shapes must leave one element of."""
-        return _Tiles(config.block_m, config.block_n)
-
-    def gate_shapes(self, problem: Problem, config, small: bool = False) -> list:
-        from tuner.gate import gate_shapes
-
-        return gate_shapes(problem, self.edge_tiles(config), small)
-
-    def gate_compile_problems(self, problem: Problem, config) -> list[Problem]:
-        from tuner.gate import gate_compile_problems
-
-        return gate_compile_problems(problem, self.edge_tiles(config))
 
     def inputs(self, problem: Problem, device: str, generator=None) -> dict:
         import torch

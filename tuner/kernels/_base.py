@@ -160,11 +160,17 @@ class TunableKernel(abc.ABC):
         return repr([(u.name, u.signature, sorted(u.constexprs.items()), sorted(u.attrs.items()))
                      for u in self.compile_units(smallest, problem)])
 
+    def edge_tiles(self, config):
+        """What the gate's edge shapes are made of (its ``block_m`` and ``block_n``): the config's
+        tiles; a kernel of several passes gives the largest of each, so that the last tile of every
+        pass holds one valid row (or key)."""
+        return config
+
     def gate_compile_problems(self, problem: Problem, config) -> list[Problem]:
         """Problems the gate launches beyond the study's, to compile ahead (their own specialisation)."""
         from tuner.gate import gate_compile_problems
 
-        return gate_compile_problems(problem, config)
+        return gate_compile_problems(problem, self.edge_tiles(config))
 
     # ------------------------------------------------------------ check and time
 
@@ -172,7 +178,7 @@ class TunableKernel(abc.ABC):
         """The :class:`tuner.gate.GateShape` s a config is checked on beyond the study's shape."""
         from tuner.gate import gate_shapes
 
-        return gate_shapes(problem, config, small)
+        return gate_shapes(problem, self.edge_tiles(config), small)
 
     @abc.abstractmethod
     def make_case(self, gate, device: str) -> Case:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import importlib
 import sys
 
-from tuner.kernels import triton_bwd, triton_fwd
 from tuner.kernels._base import TunableKernel
+from tuner.kernels.triton_bwd import KERNELS as BWD_KERNELS
+from tuner.kernels.triton_fwd import KERNEL as FWD_KERNEL
 
 __all__ = ["DEFAULT_KERNEL", "DEFAULT_PASS", "KernelNotFound", "get", "kernel_of", "known", "registered"]
 
 DEFAULT_KERNEL, DEFAULT_PASS = "triton", "fwd"
 # (kernel name, pass) -> kernel: the built-in kernels, then every user module loaded so far.
-_KERNELS: dict[tuple[str, str], TunableKernel] = {(k.name, k.pass_): k
-                                                  for k in (triton_fwd.KERNEL, *triton_bwd.KERNELS)}
+_KERNELS: dict[tuple[str, str], TunableKernel] = {(k.name, k.pass_): k for k in (FWD_KERNEL, *BWD_KERNELS)}
 
 
 class KernelNotFound(LookupError):

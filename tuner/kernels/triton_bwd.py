@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kernel import flash_bwd
+from kernel.bwd_launch import FP32_TENSORS, UNIT_ARGUMENTS, unit_constexprs
 from kernel.flash_bwd import DQ_MODES, JIT_FUNCTIONS, UNSPECIALISED, BwdConfig, BwdShape
 from tuner.gpus import GpuSpec
-from tuner.kernels._attention_bwd import AttentionBackward, AttentionStep, _Tiles
+from tuner.kernels._attention_bwd import AttentionBackward, AttentionStep
 from tuner.kernels._base import CompileUnit
 from tuner.kernels._triton import device_source, specialise, triton_features
 from tuner.problem import DTYPE_BYTES, Problem
@@ -57,6 +57,15 @@ class TritonBwdConfig(KernelConfig):
     tma: bool = axis((False, True), plain=False, tag="tma")
     maxnreg: int = axis((0,), (0, *range(24, 256, 8)), plain=0, tag="r")
     persistent: int = axis((0,), tuple(range(0, 9)), plain=0, tag="p")
+
+
+@dataclass(frozen=True)
+class EdgeTiles:
+    """The tiles the gate's edge shapes are made of: the largest of the two passes' (see
+    :meth:`tuner.kernels.TunableKernel.edge_tiles`)."""
+
+    block_m: int
+    block_n: int
 
 
 def to_kernel(config: TritonBwdConfig) -> BwdConfig:
@@ -139,27 +148,20 @@ def model_smem_bytes(config: TritonBwdConfig, problem: Problem, gpu: GpuSpec) ->
     return max(kv, q) if DQ_MODES[config.dq_mode] == "pass" else kv
 
 
-_ARGUMENTS = {"preprocess": (flash_bwd.preprocess_arguments, ("o", "o", "f", "f")),
-              "kv": (flash_bwd.kv_arguments, ("o", "o", "o", "o", "f", "f", "o", "o", "f")),
-              "q": (flash_bwd.q_arguments, ("o", "o", "o", "o", "f", "f", "o")),
-              "dq_finish": (flash_bwd.finish_arguments, ("f", "o"))}
-
-
 def compile_units(config: TritonBwdConfig, problem: Problem) -> list[CompileUnit]:
-    """Every kernel a launch runs, built through the kernels' own argument lists, specialised as the
-    launcher's JIT launches are (pointers: "o" the inputs' dtype, "f" fp32)."""
+    """Every kernel a launch runs, built through the launcher's own argument lists
+    (``kernel.bwd_launch.UNIT_ARGUMENTS``), specialised as its JIT launches are."""
     import torch
 
     shape = BwdShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
     units = []
     for name, fn, constexprs, options in to_kernel(config).units():
-        arguments, pointers = _ARGUMENTS[name]
-        given = dict(HEAD_DIM=problem.head_dim, CAUSAL=bool(problem.causal), **constexprs)
-        ordered = [(n, given[n]) for n in fn.arg_names if n in given]
-        types = ["*" + problem.dtype if p == "o" else "*fp32" for p in pointers]
+        arguments, tensors = UNIT_ARGUMENTS[name]
+        ordered = unit_constexprs(fn, problem.head_dim, problem.causal, constexprs)
+        types = ["*fp32" if t in FP32_TENSORS else "*" + problem.dtype for t in tensors]
         signature, fixed, attrs = specialise(arguments(types, shape), ordered,
                                              UNSPECIALISED if name == "kv" else ())
-        dtypes = [problem.torch_dtype if p == "o" else torch.float32 for p in pointers]
+        dtypes = [torch.float32 if t in FP32_TENSORS else problem.torch_dtype for t in tensors]
         warmup = [value for _, value in arguments(dtypes, shape)]
         launch = (options["num_warps"], config.persistent if name == "kv" else 0)
         units.append(CompileUnit(fn.fn.__name__, fn, signature, fixed, attrs, options, tuple(warmup),
@@ -176,8 +178,8 @@ class TritonBackward(AttentionBackward):
     autotune_key = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
     description = "FA2 backward"
 
-    def edge_tiles(self, config: TritonBwdConfig) -> _Tiles:
-        return _Tiles(max(config.block_m, config.block_m_q), max(config.block_n, config.block_n_q))
+    def edge_tiles(self, config: TritonBwdConfig) -> EdgeTiles:
+        return EdgeTiles(max(config.block_m, config.block_m_q), max(config.block_n, config.block_n_q))
 
     def restriction(self, config: TritonBwdConfig, head_dim: int) -> str | None:
         return restriction(config, head_dim)
