@@ -80,6 +80,7 @@ class Timing:
 
     ms: float
     method: str
+    mhz: float | None = None     # mean SM clock while it was timed (kernel.clock; None without NVML)
 
 
 def l2_bytes() -> int:
@@ -120,15 +121,41 @@ class OnStream(list):
         self.stream = stream
 
 
-def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0,
-                       settle_ms: float = 0.0) -> list[float]:
-    """GPU ms per call of each timed replay of a CUDA graph that cycles through ``calls``.
+@dataclass
+class CapturedGraph:
+    """A CUDA graph of whole passes over some calls, built once and replayed as often as needed."""
 
-    One replay holds whole passes over ``calls`` worth about a millisecond of GPU time,
-    so the gaps between replays are a small share. ``settle_ms`` of replays run untimed
-    first (the clocks settle after the host work that built the graph); then ``rep_ms``
-    of replays are timed one by one with CUDA events. The graph captures on a new stream, or on
-    ``calls.stream`` where the calls say they must (:class:`OnStream`).
+    graph: object
+    calls_per_replay: int
+    replay_ms: float          # GPU ms of one replay, estimated before the capture
+
+    def replay_for(self, ms: float) -> None:
+        """Untimed replays for about ``ms`` (the clock settles), then a synchronise."""
+        for _ in range(1 + int(ms / self.replay_ms)):
+            self.graph.replay()
+        torch.cuda.synchronize()
+
+    def timed(self, rep_ms: float, clock=None) -> tuple[list[float], float | None]:
+        """(GPU ms per call of each replay, mean SM MHz while they ran): about ``rep_ms`` of replays
+        timed one by one with CUDA events; the clock (:mod:`kernel.clock`) is read while the GPU
+        works through them (None without one)."""
+        from kernel.clock import sample_while
+
+        replays = max(10, min(5000, int(rep_ms / self.replay_ms)))
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+        for start, end in events:
+            start.record()
+            self.graph.replay()
+            end.record()
+        mhz = sample_while(lambda: not events[-1][1].query(), clock)
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) / self.calls_per_replay for start, end in events], mhz
+
+
+def capture_graph(calls: Sequence[Callable[[], object]]) -> CapturedGraph:
+    """A CUDA graph that cycles through ``calls``: one replay holds whole passes over them worth
+    about a millisecond of GPU time, so the gaps between replays are a small share. It captures
+    on a new stream, or on ``calls.stream`` where the calls say they must (:class:`OnStream`).
 
     Raises:
         RuntimeError: the calls cannot be captured (the caller falls back to do_bench).
@@ -146,19 +173,29 @@ def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40
         for _ in range(passes):
             for call in calls:
                 call()
-    for _ in range(1 + int(settle_ms / (pass_ms * passes))):
-        graph.replay()
-    torch.cuda.synchronize()
-    replays = max(10, min(5000, int(rep_ms / (pass_ms * passes))))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
-    for start, end in events:
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    per_call = [start.elapsed_time(end) / (passes * len(calls)) for start, end in events]
-    del graph
-    return per_call
+    return CapturedGraph(graph, passes * len(calls), pass_ms * passes)
+
+
+def graph_replay_samples(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, settle_ms: float = 0.0,
+                         clock=None) -> tuple[list[float], float | None]:
+    """(GPU ms per call of each timed replay, mean SM MHz or None) of a CUDA graph that cycles
+    through ``calls`` (:func:`capture_graph`): ``settle_ms`` of replays run untimed first (the
+    clocks settle after the host work that built the graph), then ``rep_ms`` are timed.
+
+    Raises:
+        RuntimeError: the calls cannot be captured (the caller falls back to do_bench).
+    """
+    captured = capture_graph(calls)
+    captured.replay_for(settle_ms)
+    samples = captured.timed(rep_ms, clock)
+    del captured
+    return samples
+
+
+def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0,
+                       settle_ms: float = 0.0) -> list[float]:
+    """GPU ms per call of each timed replay (:func:`graph_replay_samples`, without the clock)."""
+    return graph_replay_samples(calls, rep_ms, settle_ms)[0]
 
 
 def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, settle_ms: float = 0.0) -> float:
@@ -167,19 +204,24 @@ def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, s
 
 
 def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup_ms: int = 10,
-             settle_ms: float = 0.0) -> Timing:
+             settle_ms: float = 0.0, clock=None) -> Timing:
     """GPU time per call by graph replay, or ``do_bench`` where capture fails (see module doc).
 
+    ``clock`` (:func:`kernel.clock.sm_clock`) is read while the timed replays run (``mhz``).
     ``settle_ms`` of untimed replays first: under sustained load an H200 draws its ~700 W
     cap and lowers its clock from 1980 MHz to 1740-1905 MHz within tens of milliseconds,
     so short windows catch it in different states. Re-timings that must agree with
     each other (:data:`RETIME`) settle first and time longer.
     """
     try:
-        return Timing(graph_time_ms(calls, rep_ms, settle_ms), GRAPH)
+        per_call, mhz = graph_replay_samples(calls, rep_ms, settle_ms, clock)
+        return Timing(statistics.median(per_call), GRAPH, mhz)
     except RuntimeError:
         torch.cuda.synchronize()
-        return Timing(do_bench_median(calls[0], warmup_ms, int(rep_ms)), DO_BENCH)
+        before = clock.mhz() if clock else None
+        ms = do_bench_median(calls[0], warmup_ms, int(rep_ms))
+        after = clock.mhz() if clock else None
+        return Timing(ms, DO_BENCH, statistics.fmean([before, after]) if before and after else None)
 
 
 def host_us(call: Callable[[], object], calls: int = 100, batches: int = 5) -> float:

@@ -87,9 +87,13 @@ def test_grid_sweep_times_every_config_once_and_a_rerun_times_nothing(tiny, tmp_
         if status == "timed":
             assert err is not None and err < 1e-5 and ms > 0 and timer == "wall_clock"
     assert len(statuses["restricted"]) == 2 and len(statuses["timed"]) == 6
-    finalists = query(db, "select shape, config, rank, rounds, times from fa2_finalists order by shape, rank")
-    assert {f[0] for f in finalists} == {r[1] for r in rows} and all(f[3] == 5 for f in finalists)
-    assert all(len(json.loads(f[4])) == 5 for f in finalists)
+    finalists = query(db, "select shape, config, rank, rounds, times, figure, stopped from fa2_finalists "
+                          "order by shape, rank")
+    assert {f[0] for f in finalists} == {r[1] for r in rows}
+    # adaptive: at least 3 rounds, at most 10, the same for every config of a shape; no clock, no SDPA: ms
+    assert all(3 <= f[3] <= 10 and len(json.loads(f[4])) == f[3] and f[5] == "ms" for f in finalists)
+    assert all(f[6] in ("separated", "quiet", "cap") for f in finalists)
+    assert len({(f[0], f[3]) for f in finalists}) == len({f[0] for f in finalists})
     # the rerun resumes a finished study: nothing new is timed or stored
     assert sweep.main(sweep_args(tiny, db, "--sampler", "grid", "--finalists", "0")) == 0
     assert query(db, "select count(*) from fa2_results where run_id = 2") == [(0,)]
@@ -272,4 +276,14 @@ def test_small_sweep_on_the_gpu(tmp_path, capsys, query):
     sdpa = query(db, "select f.cudnn_ms / b.cudnn_ms, f.flash_ms / b.flash_ms from fa2_finalists f "
                      "join fa2_baselines b on b.shape = f.shape and b.phase = 'start'")
     assert sdpa and all(0.7 < c < 1.5 and 0.7 < f < 1.5 for c, f in sdpa)
+    # the clock beside every time where NVML is there; the finalists decided on cycles then, else on the SDPA ratio
+    from kernel.clock import sm_clock
+
+    clocked = query(db, "select count(*) from fa2_results where status = 'timed' and clock_mhz > 500 and "
+                        "abs(cycles - ms * clock_mhz * 1000) < 1e-6 * cycles")
+    decided = {f for (f,) in query(db, "select distinct figure from fa2_finalists")}
+    if sm_clock() is not None:
+        assert clocked == [(len(timed),)] and decided == {"cycles"}
+    else:
+        assert clocked == [(0,)] and decided == {"sdpa_ratio"}
     assert (tmp_path / "out" / "configs" / "gpu-smoke_sm_90_configs.py").exists()

@@ -19,6 +19,7 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from kernel.retime import Rounds
 from kernel.timing import WALL
 from tuner import finalists, records, search
 from tuner.budget import CompilePool, CompileTask
@@ -49,7 +50,8 @@ class SweepOptions:
     trial_timeout_s: float = 180.0
     device: str = "cuda"
     finalists: int = 5           # re-timed per shape after the search (0: none)
-    rounds: int = 5
+    rounds: int | None = None    # adaptive: the most rounds (default 10); fixed: the rounds (default 5)
+    retime: str = "adaptive"     # or "fixed": the protocol before it (kernel.retime's module doc)
     workers: int = 1             # GPU worker processes, one per device (threads of this sweep drive them)
 
 
@@ -348,16 +350,16 @@ class Sweep:
         if self.options.finalists > 0:
             self.retime_finalists()
 
-    def _retime_on_devices(self, chosen: dict[str, list]) -> dict[str, dict[str, list[float]]]:
+    def _retime_on_devices(self, chosen: dict[str, list]) -> dict[str, Rounds]:
         """Each shape's finalists re-timed together on one device (so a shape's configs are
         never compared across GPUs); with several devices, the shapes are dealt out among them."""
-        slots, rounds = self.slots, self.options.rounds
+        slots, rounds = self.slots, finalists.protocol(self.options.retime, self.options.rounds)
         share = {slot.index: {label: configs for i, (label, configs) in enumerate(chosen.items())
                               if i % len(slots) == slot.index} for slot in slots}
         with ThreadPoolExecutor(len(slots)) as threads:
             parts = [threads.submit(slot.worker.retime, share[slot.index], rounds) for slot in slots
                      if share[slot.index]]
-            times: dict[str, dict[str, list[float]]] = {}
+            times: dict[str, Rounds] = {}
             for part in parts:
                 times.update(part.result())
         return {label: times[label] for label in chosen if label in times}
@@ -379,8 +381,8 @@ class Sweep:
         self.clock.retime_s += time.perf_counter() - started
         timer = WALL if self.options.device == "cpu" else None
         stored = []
-        for label, per_config in times.items():
-            verdict = self.verdicts[label] = finalists.judge(label, *finalists.split_sdpa(per_config))
+        for label, measured in times.items():
+            verdict = self.verdicts[label] = finalists.judge_rounds(label, measured)
             stored += finalists.finalist_rows(ctx, verdict, timer or _timer_of(rows, label))
         self.store.replace_finalists(stored)
         return self.verdicts

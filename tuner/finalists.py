@@ -3,9 +3,11 @@
 A search times each config once, so two configs a few percent apart can swap places
 from one run to the next. The finalists of a shape (its top K by time, plus the best
 config overall) are therefore timed again side by side, in interleaved rounds whose
-order rotates (:func:`kernel.timing.interleaved_rounds`), and the winner is the best
-*median* over rounds. Everything here is a pure function of timings; the worker measures,
-:mod:`tuner.driver` stores, :mod:`tuner.winners` reads the verdicts back.
+order rotates, until the leader is known (:func:`kernel.retime.adaptive_rounds`; or the
+fixed protocol, :func:`kernel.timing.interleaved_rounds`), and the winner is the best
+*median* over rounds of the deciding figure: cycles (ms x SM clock) where NVML read the
+clock, else the ratio to SDPA timed in the same round, else ms. Everything here is a pure
+function of timings; the worker measures, :mod:`tuner.driver` stores, :mod:`tuner.winners` reads the verdicts back.
 """
 
 from __future__ import annotations
@@ -14,13 +16,29 @@ import json
 import statistics
 from dataclasses import dataclass
 
+from kernel.clock import cycles
+from kernel.retime import ADAPTIVE, CYCLES, MS, SDPA_RATIO, Rounds, figures as round_figures, spread
 from kernel.timing import round_orders
 from tuner.outcome import SDPA_KEYS
-from tuner.records import best_across_shapes
+from tuner.records import best_across_shapes, fastest_first
 from tuner.status import Status
 from tuner.store import Finalist, Result
 
-__all__ = ["FinalistTiming", "ShapeVerdict", "judge", "round_orders", "select_finalists"]
+__all__ = ["FinalistTiming", "ShapeVerdict", "judge", "judge_rounds", "round_orders", "select_finalists"]
+
+
+RETIMES = ("adaptive", "fixed")     # the finalists' protocols (the sweep's --retime)
+FIXED_ROUNDS = 5
+
+
+def protocol(retime: str = "adaptive", rounds: int | None = None) -> tuple:
+    """The re-timing a worker is asked for (:meth:`tuner.runner.WorkerBench.retime`): adaptive with
+    ``rounds`` as its most (:data:`kernel.retime.ADAPTIVE`), or fixed with ``rounds`` (default 5)."""
+    if retime == "fixed":
+        return "fixed", rounds or FIXED_ROUNDS
+    settle_ms, rep_ms, least, most = ADAPTIVE
+    most = rounds or most
+    return "adaptive", (settle_ms, rep_ms, min(least, most), most)
 
 
 def select_finalists(rows: list[Result], top: int = 5) -> dict[str, list[str]]:
@@ -29,8 +47,7 @@ def select_finalists(rows: list[Result], top: int = 5) -> dict[str, list[str]]:
     best_overall = best_across_shapes(rows)
     chosen: dict[str, list[str]] = {}
     for shape in dict.fromkeys(r.shape for r in rows):
-        timed = sorted((r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms),
-                       key=lambda r: r.ms)
+        timed = fastest_first([r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms])
         keys = [r.config for r in timed[:top]]
         if best_overall and best_overall not in keys and any(r.config == best_overall for r in timed):
             keys.append(best_overall)
@@ -41,29 +58,54 @@ def select_finalists(rows: list[Result], top: int = 5) -> dict[str, list[str]]:
 
 @dataclass(frozen=True)
 class FinalistTiming:
-    """One config's times over the rounds."""
+    """One config's times over the rounds (ms), and the figure that decides per round
+    (:func:`kernel.retime.figures`: cycles, or the ratio to SDPA of the same round; empty: the ms)."""
 
     config: str
     times: tuple[float, ...]
+    figures: tuple[float, ...] = ()
+    clocks: tuple[float | None, ...] = ()
+
+    @property
+    def decided_by(self) -> tuple[float, ...]:
+        return self.figures or self.times
 
     @property
     def median(self) -> float:
+        """The median ms over rounds (what the summary and the emitted list report)."""
         return statistics.median(self.times)
 
     @property
+    def score(self) -> float:
+        """The median of the deciding figure (lower is better): what the configs are ranked on."""
+        return statistics.median(self.decided_by)
+
+    @property
     def spread(self) -> float:
-        """(max - min) / median: how far apart its own rounds were."""
-        return (max(self.times) - min(self.times)) / self.median
+        """(max - min) / median of the deciding figure: how far apart its own rounds were."""
+        return spread(self.decided_by)
+
+    @property
+    def ms_spread(self) -> float:
+        return spread(self.times)
+
+    @property
+    def clock_mhz(self) -> float | None:
+        known = [c for c in self.clocks if c]
+        return statistics.median(known) if known else None
 
 
 @dataclass(frozen=True)
 class ShapeVerdict:
-    """A shape's finalists ranked by median, and whether the winner is ahead by more than the noise."""
+    """A shape's finalists ranked by the median of the deciding figure (``figure``: cycles,
+    sdpa_ratio or ms), and whether the winner is ahead by more than the noise."""
 
     shape: str
     ranked: tuple[FinalistTiming, ...]
     flash_ms: float | None = None       # SDPA's backends, median over the same rounds (None: not re-timed)
     cudnn_ms: float | None = None
+    figure: str = MS
+    stopped: str | None = None          # why the rounds stopped (kernel.retime.Rounds.stopped), None: unknown
 
     def sdpa_ms(self, row: Result) -> tuple[float | None, float | None]:
         """(flash, cuDNN) ms to compare this shape's re-timed finalists with: SDPA re-timed in
@@ -80,12 +122,12 @@ class ShapeVerdict:
 
     @property
     def gap(self) -> float:
-        """How much slower the runner-up's median is than the winner's (0.02 = 2%)."""
-        return self.runner_up.median / self.winner.median - 1 if self.runner_up else float("inf")
+        """How much worse the runner-up's median figure is than the winner's (0.02 = 2%)."""
+        return self.runner_up.score / self.winner.score - 1 if self.runner_up else float("inf")
 
     @property
     def noise(self) -> float:
-        """The larger spread of the two that are compared."""
+        """The larger spread of the two that are compared, on the deciding figure."""
         return max(t.spread for t in self.ranked[:2])
 
     @property
@@ -101,20 +143,41 @@ class ShapeVerdict:
 
     def sentence(self) -> str:
         """``winner X, runner-up Y, Z% apart, noise W%``, and what that means."""
+        on = "" if self.figure == MS else f" (on {FIGURE_WORDS[self.figure]})"
         if self.runner_up is None:
-            return f"winner {self.winner.config} (the only finalist), noise {100 * self.noise:.1f}%"
+            return f"winner {self.winner.config} (the only finalist), noise {100 * self.noise:.1f}%{on}"
         text = (f"winner {self.winner.config}, runner-up {self.runner_up.config}, {100 * self.gap:.1f}% apart, "
-                f"noise {100 * self.noise:.1f}%")
+                f"noise {100 * self.noise:.1f}%{on}")
         return text + ("" if self.separated else " (within the noise: both are kept)")
 
 
-def judge(shape: str, times: dict[str, list[float]], sdpa: dict[str, float | None] | None = None) -> ShapeVerdict:
-    """Rank a shape's finalists by their median over rounds; ``sdpa`` holds SDPA's medians
-    over the same rounds (``{"flash": ms, "cudnn": ms}``), where they were timed."""
-    timings = [FinalistTiming(key, tuple(ms)) for key, ms in times.items() if ms]
-    sdpa = sdpa or {}
-    return ShapeVerdict(shape, tuple(sorted(timings, key=lambda t: (t.median, t.config))),
-                        sdpa.get("flash"), sdpa.get("cudnn"))
+FIGURE_WORDS = {CYCLES: "cycles", SDPA_RATIO: "the ratio to SDPA in the same round", MS: "ms"}
+
+
+def judge(shape: str, times: dict[str, list[float]], sdpa: dict[str, float | None] | None = None,
+          figure: str = MS, figures: dict[str, list[float]] | None = None,
+          clocks: dict[str, list[float | None]] | None = None, stopped: str | None = None) -> ShapeVerdict:
+    """Rank a shape's finalists by the median of ``figures`` (the deciding figure per round; default
+    their ms); ``sdpa`` holds SDPA's medians over the same rounds (``{"flash": ms, "cudnn": ms}``)."""
+    figures, clocks, sdpa = figures or {}, clocks or {}, sdpa or {}
+    timings = [FinalistTiming(key, tuple(ms), tuple(figures.get(key, ())), tuple(clocks.get(key, ())))
+               for key, ms in times.items() if ms]
+    return ShapeVerdict(shape, tuple(sorted(timings, key=lambda t: (t.score, t.config))),
+                        sdpa.get("flash"), sdpa.get("cudnn"), figure if figures else MS, stopped)
+
+
+def judge_rounds(shape: str, rounds: Rounds) -> ShapeVerdict:
+    """The verdict of a re-timing (:class:`kernel.retime.Rounds`, SDPA's backends under
+    :data:`SDPA_KEYS`): decided on :func:`kernel.retime.figures`, cycles where every measurement
+    read the clock, else the ratio to SDPA (flash, else cuDNN) of the same round, else ms."""
+    reference = [SDPA_KEYS["flash"], SDPA_KEYS["cudnn"]]
+    figure, per_round = round_figures(rounds.samples, reference)
+    sdpa = {backend: statistics.median(s.ms for s in rounds.samples[key])
+            for backend, key in SDPA_KEYS.items() if rounds.samples.get(key)}
+    configs = {key: s for key, s in rounds.samples.items() if key not in SDPA_KEYS.values()}
+    return judge(shape, {key: [x.ms for x in s] for key, s in configs.items()}, sdpa, figure,
+                 {key: per_round[key] for key in configs}, {key: [x.mhz for x in s] for key, s in configs.items()},
+                 rounds.stopped)
 
 
 def finalist_rows(ctx, verdict: ShapeVerdict, timer: str | None) -> list[Finalist]:
@@ -123,8 +186,16 @@ def finalist_rows(ctx, verdict: ShapeVerdict, timer: str | None) -> list[Finalis
                      shape=verdict.shape, config=timing.config, rank=rank, rounds=len(timing.times),
                      median_ms=timing.median, min_ms=min(timing.times), max_ms=max(timing.times),
                      spread=timing.spread, times=json.dumps(list(timing.times)), timer=timer,
-                     flash_ms=verdict.flash_ms, cudnn_ms=verdict.cudnn_ms)
+                     flash_ms=verdict.flash_ms, cudnn_ms=verdict.cudnn_ms, figure=verdict.figure,
+                     figures=json.dumps(list(timing.figures)) if timing.figures else None,
+                     clocks=json.dumps(list(timing.clocks)) if any(timing.clocks) else None,
+                     clock_mhz=timing.clock_mhz, cycles=_median_cycles(timing), stopped=verdict.stopped)
             for rank, timing in enumerate(verdict.ranked, start=1)]
+
+
+def _median_cycles(timing: FinalistTiming) -> float | None:
+    both = [cycles(ms, mhz) for ms, mhz in zip(timing.times, timing.clocks) if mhz]
+    return statistics.median(both) if both and len(both) == len(timing.times) else None
 
 
 def split_sdpa(times: dict[str, list[float]]) -> tuple[dict[str, list[float]], dict[str, float]]:

@@ -37,6 +37,7 @@ class ShapeOutcome:
     ms: float | None = None
     host_us: float | None = None
     timer: str | None = None
+    mhz: float | None = None               # mean SM clock while it was timed (None: NVML absent)
 
 
 @dataclass

@@ -21,6 +21,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from kernel.clock import cycles
 from tuner.gpus import GpuSpec
 from tuner.outcome import ShapeOutcome, TrialOutcome
 from tuner.status import Stage, Status
@@ -89,6 +90,7 @@ def result_rows(config, ctx: RunContext, status: Status, stage: Stage, reason: s
             **config_columns(config), kernel=ctx.study.kernel_name, pass_=ctx.study.pass_, status=str(status),
             stage=str(stage), reason=reason, **error_columns(measured), ms=ms,
             host_us=measured.host_us if measured else None, timer=measured.timer if measured else None,
+            clock_mhz=measured.mhz if measured else None, cycles=cycles(ms, measured.mhz) if measured else None,
             tflops=flops / ms * 1e-9 if ms else None, flash_ms=flash, cudnn_ms=cudnn,
             pct_flash=100 * flash / ms if ms and flash else None, pct_cudnn=100 * cudnn / ms if ms and cudnn else None,
             check_s=outcome.check_s if outcome else None, time_s=outcome.time_s if outcome else None,
@@ -155,6 +157,14 @@ def scores(rows: list[Result]) -> dict[str, float]:
     best = best_times(rows)
     return {key: math.exp(sum(math.log(best[r.shape] / r.ms) for r in rs) / len(rs))
             for key, rs in fully_timed(rows).items()}
+
+
+def fastest_first(timed: list[Result]) -> list[Result]:
+    """Timed rows best first: by cycles where every one of them has its clock (:mod:`kernel.clock`),
+    so a row timed while the clock was high does not beat one timed while it was low; else by ms."""
+    if timed and all(r.cycles for r in timed):
+        return sorted(timed, key=lambda r: (r.cycles, r.config))
+    return sorted(timed, key=lambda r: (r.ms, r.config))
 
 
 def best_across_shapes(rows: list[Result]) -> str | None:

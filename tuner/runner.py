@@ -31,7 +31,9 @@ import time
 import traceback
 from dataclasses import replace
 
-from kernel.timing import WALL
+from kernel.clock import sm_clock
+from kernel.retime import Candidate, Rounds, WallCandidate, adaptive_rounds, fixed_rounds
+from kernel.timing import WALL, runs
 from tuner import kernels
 from tuner.gate import GateShape, finite
 from tuner.kernels import Case, GateResult
@@ -95,17 +97,17 @@ class WorkerBench:
         calls[0]()
         return (time.perf_counter() - start) * 1e3
 
-    def _time(self, problem: Problem, config, host: bool = True) -> tuple[float, str, float | None]:
-        """(GPU ms per call, timer, host µs per call) of a config on a shape."""
+    def _time(self, problem: Problem, config, host: bool = True) -> tuple[float, str, float | None, float | None]:
+        """(GPU ms per call, timer, host µs per call, mean SM MHz or None) of a config on a shape."""
         calls = self._calls(problem, config)
         if self.device == "cpu":
             ms = self._wall_ms(calls)
-            return ms, WALL, ms * 1e3
+            return ms, WALL, ms * 1e3, None
         from kernel.timing import gpu_time, host_us
 
-        timing = gpu_time(calls, self.rep_ms, self.warmup_ms)
+        timing = gpu_time(calls, self.rep_ms, self.warmup_ms, clock=sm_clock())
         user_call = self.kernel.call(config, self._sets(problem)[0], problem, allocate=True)
-        return timing.ms, timing.method, host_us(user_call, HOST_CALLS, 2) if host else None
+        return timing.ms, timing.method, host_us(user_call, HOST_CALLS, 2) if host else None, timing.mhz
 
     def device_info(self, _=None) -> dict:
         """Which GPU this worker runs on: the index the parent gave it, name and UUID."""
@@ -189,32 +191,41 @@ class WorkerBench:
             return outcome
         started = time.perf_counter()
         for problem in self.shapes:
-            ms, timer, host = self._time(problem, config)
-            outcome.shapes[problem.label] = replace(outcome.shapes[problem.label], ms=ms, timer=timer, host_us=host)
+            ms, timer, host, mhz = self._time(problem, config)
+            outcome.shapes[problem.label] = replace(outcome.shapes[problem.label], ms=ms, timer=timer, host_us=host,
+                                                    mhz=mhz)
         outcome.time_s = time.perf_counter() - started
         return outcome
 
-    def retime(self, request: tuple[dict[str, list], int]) -> dict[str, dict[str, list[float]]]:
-        """Each shape's configs timed together in ``rounds`` interleaved rounds whose order rotates
-        (:func:`kernel.timing.interleaved_rounds`): label -> key -> ms per round. On a GPU the
-        kernel's baselines run in the same rounds too (keys :data:`SDPA_KEYS`): settled, longer
-        windows slow some kernels more than others, so the finalists' ratios need SDPA from the same rounds."""
-        from kernel.timing import RETIME, interleaved_rounds, runs
-
-        finalists, rounds = request
+    def retime(self, request: tuple[dict[str, list], tuple]) -> dict[str, Rounds]:
+        """Each shape's configs timed together in rounds whose order rotates: label -> the rounds'
+        samples (ms and SM clock) under each config key (:class:`kernel.retime.Rounds`). ``request``:
+        (label -> configs, protocol), the protocol ``("adaptive", (settle_ms, rep_ms, min, max))``
+        (:func:`kernel.retime.adaptive_rounds`) or ``("fixed", rounds)`` (every measurement settled
+        and timed as :data:`kernel.timing.RETIME`, as before). On a GPU the kernel's baselines
+        run in the same rounds too (keys :data:`SDPA_KEYS`): the finalists' ratios, and the
+        decision where NVML is missing, need SDPA from the same rounds."""
+        finalists, (protocol, setting) = request
         by_label = {problem.label: problem for problem in self.shapes}
-        times: dict[str, dict[str, list[float]]] = {}
+        times: dict[str, Rounds] = {}
         for label, configs in finalists.items():
             problem = by_label[label]
-            candidates = {config.key: self._calls(problem, config) for config in configs}
-            if self.device == "cpu":
-                times[label] = interleaved_rounds(candidates, rounds, measure=self._wall_ms)
-                continue
+            calls = {config.key: self._calls(problem, config) for config in configs}
             pins = {}
-            for backend, pinned in self.kernel.baselines(self._sets(problem), problem).items():
-                if runs(pinned):
-                    pins[SDPA_KEYS[backend]], candidates[SDPA_KEYS[backend]] = pinned
-            times[label] = interleaved_rounds(candidates, rounds, *RETIME, self.warmup_ms, pins)
+            if self.device != "cpu":
+                for backend, pinned in self.kernel.baselines(self._sets(problem), problem).items():
+                    if runs(pinned):
+                        pins[SDPA_KEYS[backend]], calls[SDPA_KEYS[backend]] = pinned
+            if self.device == "cpu":       # the interpreter: one call's wall time, no clock, no SDPA
+                walls = {key: (lambda c=c: self._wall_ms(c)) for key, c in calls.items()}
+                times[label] = (fixed_rounds(walls, setting) if protocol == "fixed" else adaptive_rounds(
+                    {key: WallCandidate(wall) for key, wall in walls.items()}, list(calls), (), tuple(setting)))
+            elif protocol == "fixed":
+                times[label] = fixed_rounds(calls, setting, pins, sm_clock(), self.warmup_ms)
+            else:
+                captured = {key: Candidate(c, pins.get(key), sm_clock()) for key, c in calls.items()}
+                times[label] = adaptive_rounds(captured, [config.key for config in configs],
+                                               list(SDPA_KEYS.values()), tuple(setting))
         return times
 
 
@@ -364,10 +375,10 @@ class GpuWorker:
         except WorkerFailed as failure:
             return TrialOutcome(status=failure.status, reason=failure.reason, error_type=failure.error_type)
 
-    def retime(self, finalists: dict[str, list], rounds: int) -> dict[str, dict[str, list[float]]]:
-        """Each shape's configs timed together in interleaved rounds: label -> config key -> ms per round."""
+    def retime(self, finalists: dict[str, list], protocol: tuple) -> dict[str, Rounds]:
+        """Each shape's configs timed together in rotating rounds (:meth:`WorkerBench.retime`)."""
         budget = max(self.timeout_s, START_TIMEOUT_S) * max(1, len(finalists))
-        return self.request("retime", (finalists, rounds), timeout_s=budget)
+        return self.request("retime", (finalists, protocol), timeout_s=budget)
 
     def close(self) -> None:
         if self.process is not None:

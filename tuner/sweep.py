@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tuner import search
 from tuner.driver import Sweep, SweepOptions
+from tuner.finalists import RETIMES
 from tuner.formatting import usage_error
 from tuner.gpus import GpuSpec, valid_names
 from tuner.outcome import WorkerFailed
@@ -81,7 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "visible GPU). Several hosts share a study through --storage postgresql+psycopg://...")
     parser.add_argument("--finalists", type=int, default=5,
                         help="configs per shape re-timed together after the search (default 5; 0: none)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of that re-timing (default 5)")
+    parser.add_argument("--retime", choices=RETIMES, default="adaptive",
+                        help="the finalists' protocol: adaptive (each graph built once, the clock settled once "
+                             "per shape, rounds until the leader is outside the noise; default) or fixed (5 rounds, "
+                             "each measurement settled 100 ms and timed 200 ms: the protocol before)")
+    parser.add_argument("--rounds", type=int,
+                        help="adaptive: the most rounds (default 10); fixed: the rounds (default 5)")
     parser.add_argument("--profile", type=int, nargs="?", const=3, metavar="K",
                         help="at the end, profile each shape's best K configs (default 3) and SDPA with Nsight "
                              "Compute, as python -m tuner.profile does; skipped, saying why, without ncu")
@@ -208,7 +214,7 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
     ctx = RunContext(study=study, target=target, gpu_label=gpu_label, env=env, run_id=run.id)
     options = SweepOptions(sampler=args.sampler, trials=args.trials, timeout_s=args.timeout, seed=args.seed,
                            jobs=args.jobs, batch=args.batch, trial_timeout_s=args.trial_timeout, device=args.device,
-                           finalists=args.finalists, rounds=args.rounds, workers=args.workers)
+                           finalists=args.finalists, rounds=args.rounds, retime=args.retime, workers=args.workers)
     sweep = Sweep(ctx, db, present, options)
     print(f"study {study.name} ({study.path}): {len(study.shapes)} shape(s), {len(study.space.all_configs())} "
           f"configs; target {target.name}; GPU used: {gpu_label}"

@@ -2,7 +2,13 @@
 
 The rule: where a shape's finalists were re-timed together, their verdict decides (the
 winner, and the runner-up too when the two are within the noise,
-:attr:`tuner.finalists.ShapeVerdict.kept`); elsewhere the fastest timed row does. Rows
+:attr:`tuner.finalists.ShapeVerdict.kept`); elsewhere the fastest timed row does.
+
+The figure that decides is normalised for the SM clock, which wanders by about 10% on an
+H200 at its power cap: cycles (ms x MHz, the clock read through NVML while the config ran)
+wherever every measurement has its clock; where NVML is missing, the finalists' ratio to
+SDPA timed in the same round (a clock that moves between rounds moves both); else ms
+(:func:`kernel.retime.figures`, :func:`tuner.records.fastest_first`). Rows
 are those of one GPU (:func:`measured_on`): configs measured on two GPUs never race each
 other. The end-of-run summary, the emitted list, ``--verify``, the profile's choice of
 kernels, the benchmarks and the dashboards' titles all ask here, so they never name
@@ -14,7 +20,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from kernel.retime import MS
 from tuner.finalists import ShapeVerdict, judge
+from tuner.records import fastest_first
 from tuner.status import Status
 from tuner.store import Result, Store
 
@@ -40,11 +48,19 @@ def measured_on(rows: list[Result], gpu_used: str | None = None) -> tuple[str | 
 def verdicts_of(db: Store, study: str, target: str, gpu: str) -> dict[str, ShapeVerdict]:
     """The stored finalists of each shape, judged again from their stored times."""
     times: dict[str, dict[str, list[float]]] = {}
-    sdpa: dict[str, dict[str, float | None]] = {}
+    figures: dict[str, dict[str, list[float]]] = {}
+    clocks: dict[str, dict[str, list[float | None]]] = {}
+    meta: dict[str, tuple] = {}
     for finalist in db.finalists(study, target, gpu):
         times.setdefault(finalist.shape, {})[finalist.config] = json.loads(finalist.times)
-        sdpa[finalist.shape] = {"flash": finalist.flash_ms, "cudnn": finalist.cudnn_ms}
-    return {shape: judge(shape, per_config, sdpa[shape]) for shape, per_config in times.items()}
+        if finalist.figures:          # older stores: no figures, decided on ms as they were
+            figures.setdefault(finalist.shape, {})[finalist.config] = json.loads(finalist.figures)
+        if finalist.clocks:
+            clocks.setdefault(finalist.shape, {})[finalist.config] = json.loads(finalist.clocks)
+        meta[finalist.shape] = ({"flash": finalist.flash_ms, "cudnn": finalist.cudnn_ms},
+                                finalist.figure or MS, finalist.stopped)
+    return {shape: judge(shape, per_config, meta[shape][0], meta[shape][1], figures.get(shape),
+                         clocks.get(shape), meta[shape][2]) for shape, per_config in times.items()}
 
 
 def _timed(rows: list[Result], shape: str, eligible=None) -> list[Result]:
@@ -70,8 +86,8 @@ def choice(rows: list[Result], shape: str, verdict: ShapeVerdict | None = None, 
     only configs timed on every shape). None: nothing eligible was timed on the shape."""
     if verdict is not None and all(eligible is None or key in eligible for key in verdict.kept):
         return Choice(tuple(verdict.kept), verdict)
-    timed = _timed(rows, shape, eligible)
-    return Choice((min(timed, key=lambda r: r.ms).config,)) if timed else None
+    timed = fastest_first(_timed(rows, shape, eligible))
+    return Choice((timed[0].config,)) if timed else None
 
 
 def winner(rows: list[Result], shape: str, verdict: ShapeVerdict | None = None, eligible=None) -> str | None:
@@ -94,6 +110,5 @@ def winner_rows(rows: list[Result], verdicts: dict[str, ShapeVerdict]) -> dict[s
 def ranked(rows: list[Result], shape: str, verdict: ShapeVerdict | None = None, top: int | None = None) -> list[str]:
     """The shape's configs best first: its finalists by their verdict where it was re-timed, else
     its timed configs by time."""
-    keys = [t.config for t in verdict.ranked] if verdict else [r.config for r in sorted(_timed(rows, shape),
-                                                                                        key=lambda r: r.ms)]
+    keys = [t.config for t in verdict.ranked] if verdict else [r.config for r in fastest_first(_timed(rows, shape))]
     return keys[:top]

@@ -138,6 +138,9 @@ class Result(Base):
     host_us: Mapped[float | None] = mapped_column(Float)
     timer: Mapped[str | None] = mapped_column(String(16))       # cuda_graph, do_bench or wall_clock
     tflops: Mapped[float | None] = mapped_column(Float)
+    # the mean SM clock (NVML) while ``ms`` was timed, and cycles per call (ms x MHz x 1000); NULL without NVML
+    clock_mhz: Mapped[float | None] = mapped_column(Float)
+    cycles: Mapped[float | None] = mapped_column(Float)
     flash_ms: Mapped[float | None] = mapped_column(Float)
     cudnn_ms: Mapped[float | None] = mapped_column(Float)
     pct_flash: Mapped[float | None] = mapped_column(Float)
@@ -177,6 +180,14 @@ class Finalist(Base):
     # SDPA's backends timed in the same rounds, medians (the shape's, on each of its rows)
     flash_ms: Mapped[float | None] = mapped_column(Float)
     cudnn_ms: Mapped[float | None] = mapped_column(Float)
+    # what decided (NULL in older rows: ms): "cycles", "sdpa_ratio" or "ms", and that figure per round, JSON;
+    # the SM clock per round (JSON), its median and the median cycles; why the rounds stopped
+    figure: Mapped[str | None] = mapped_column(String(16))
+    figures: Mapped[str | None] = mapped_column(Text)
+    clocks: Mapped[str | None] = mapped_column(Text)
+    clock_mhz: Mapped[float | None] = mapped_column(Float)
+    cycles: Mapped[float | None] = mapped_column(Float)
+    stopped: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
 
 

@@ -1,0 +1,189 @@
+"""Adaptive re-timing: candidates side by side in rounds, until the leader is known.
+
+The fixed protocol (:func:`kernel.timing.interleaved_rounds` with :data:`kernel.timing.RETIME`)
+builds a CUDA graph and settles the clock for 100 ms before every one of its 200 ms
+measurements, for 5 rounds whatever the timings say: 8 shapes x 6 configs x 5 rounds took
+74 s of a 151 s main job on the H200. Here, per shape:
+
+* each candidate's graph is captured once (:class:`Candidate`), and replayed in every round;
+* the clock is settled once, by replaying every candidate in turn, not before each measurement;
+* each measurement is :data:`ADAPTIVE` ``rep_ms`` of replays, with the SM clock read as it
+  runs (:mod:`kernel.clock`), in rounds whose order rotates;
+* after ``min_rounds`` the rounds stop (:func:`decided`) once the leader's gap to the runner-up
+  is outside the noise, or once every candidate's noise is at most 0.5% (nvbench's stopping
+  noise), or at ``max_rounds``.
+
+What a round's figure is (:func:`figures`): cycles (ms x MHz) where every measurement has a
+clock; else the ratio to SDPA timed in the same round; else ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kernel.clock import cycles
+
+CYCLES, SDPA_RATIO, MS = "cycles", "sdpa_ratio", "ms"
+QUIET = 0.005                 # every candidate's noise at or under 0.5%: more rounds would not tell more
+# (settle_ms once per shape, rep_ms per measurement, min_rounds, max_rounds)
+ADAPTIVE = (300.0, 50.0, 3, 10)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement: GPU ms per call, and the mean SM clock while it ran (None: not read)."""
+
+    ms: float
+    mhz: float | None = None
+
+
+def spread(values: Sequence[float]) -> float:
+    """(max - min) / median: how far apart a candidate's own rounds are."""
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str] = ()) -> tuple[str, dict[str, list]]:
+    """(which figure, name -> its figure per round) that the candidates are compared on.
+
+    Cycles where every measurement read the clock: a config that is faster in ms only because
+    the clock was higher during its rounds is not faster. Else the ratio of each round's ms to
+    the first of ``reference`` (SDPA's backends, timed in the same rounds) that has every round:
+    a clock that moves between rounds moves both. Else ms."""
+    if samples and all(s.mhz for runs in samples.values() for s in runs):
+        return CYCLES, {name: [cycles(s.ms, s.mhz) for s in runs] for name, runs in samples.items()}
+    rounds = max((len(runs) for runs in samples.values()), default=0)
+    base = next((samples[name] for name in reference if len(samples.get(name, ())) == rounds), None)
+    if base is not None and rounds:
+        return SDPA_RATIO, {name: [s.ms / b.ms for s, b in zip(runs, base)] for name, runs in samples.items()}
+    return MS, {name: [s.ms for s in runs] for name, runs in samples.items()}
+
+
+def decided(per_round: Mapping[str, Sequence[float]], contenders: Sequence[str]) -> str | None:
+    """Why the rounds may stop now, or None: ``"separated"`` (the leader's gap to the runner-up,
+    by median, is larger than the larger spread of the two), ``"quiet"`` (every contender's
+    spread is at most :data:`QUIET`), else None. One contender is separated."""
+    ranked = sorted(contenders, key=lambda name: statistics.median(per_round[name]))
+    if len(ranked) < 2:
+        return "separated"
+    leader, runner = (per_round[name] for name in ranked[:2])
+    gap = statistics.median(runner) / statistics.median(leader) - 1
+    if gap > max(spread(leader), spread(runner)):
+        return "separated"
+    if all(spread(per_round[name]) <= QUIET for name in contenders):
+        return "quiet"
+    return None
+
+
+@dataclass
+class Rounds:
+    """What an adaptive re-timing measured, and why it stopped (``"cap"``: at ``max_rounds``)."""
+
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+    stopped: str = "cap"
+
+    @property
+    def rounds(self) -> int:
+        return min((len(runs) for runs in self.samples.values()), default=0)
+
+
+def rotate(names: Sequence[str], round_index: int) -> list[str]:
+    """Round ``round_index``'s order: rotated by one each round, so no candidate is always first."""
+    names = list(names)
+    shift = round_index % len(names) if names else 0
+    return names[shift:] + names[:shift]
+
+
+def adaptive_rounds(candidates: Mapping[str, object], contenders: Sequence[str], reference: Sequence[str] = (),
+                    protocol: tuple[float, float, int, int] = ADAPTIVE) -> Rounds:
+    """Time ``candidates`` (name -> a :class:`Candidate`, or anything with ``settle(ms)`` and
+    ``measure(rep_ms) -> Sample``) in rotating rounds until :func:`decided` says the
+    ``contenders`` (the configs; ``reference``: SDPA's backends) are judged, or ``max_rounds``.
+
+    The clock is settled once, before the first round: ``settle_ms`` shared among the candidates."""
+    settle_ms, rep_ms, min_rounds, max_rounds = protocol
+    names = list(candidates)
+    for name in names:
+        candidates[name].settle(settle_ms / max(1, len(names)))
+    result = Rounds({name: [] for name in names})
+    for index in range(max_rounds):
+        for name in rotate(names, index):
+            result.samples[name].append(candidates[name].measure(rep_ms))
+        if index + 1 >= min_rounds:
+            stopped = decided(figures(result.samples, reference)[1], [c for c in contenders if c in names])
+            if stopped:
+                result.stopped = stopped
+                break
+    return result
+
+
+def fixed_rounds(candidates: Mapping[str, object], rounds: int, pins: Mapping | None = None, clock=None,
+                 warmup_ms: int = 10) -> Rounds:
+    """The protocol before :func:`adaptive_rounds`: ``rounds`` rotating rounds in which every
+    measurement builds its graph, settles the clock and times (:data:`kernel.timing.RETIME`), the
+    clock read as it runs. ``candidates``: name -> calls, or name -> a function giving ms (the
+    interpreter's wall clock)."""
+    from kernel.timing import RETIME, gpu_time, interleaved_rounds
+
+    def sample(calls) -> Sample:
+        if callable(calls):
+            return Sample(calls())
+        timing = gpu_time(calls, RETIME[0], warmup_ms, RETIME[1], clock)
+        return Sample(timing.ms, timing.mhz)
+
+    return Rounds(interleaved_rounds(candidates, rounds, pins=pins, measure=sample), "fixed")
+
+
+class Candidate:
+    """One candidate's calls, captured once as a CUDA graph (under ``pin``, SDPA's backend, where
+    given: the backend is chosen at capture) and replayed for each measurement; where the calls
+    cannot be captured, ``do_bench`` times them each time (:func:`kernel.timing.gpu_time`)."""
+
+    def __init__(self, calls: Sequence[Callable[[], object]], pin: Callable | None = None, clock=None):
+        from kernel.timing import capture_graph
+
+        self.calls, self.pin, self.clock = calls, pin or contextlib.nullcontext, clock
+        with self.pin():
+            try:
+                self.graph = capture_graph(calls)
+            except RuntimeError:
+                import torch
+
+                torch.cuda.synchronize()
+                self.graph = None
+
+    def settle(self, ms: float) -> None:
+        if self.graph is not None:
+            self.graph.replay_for(ms)
+
+    def measure(self, rep_ms: float) -> Sample:
+        if self.graph is None:
+            from kernel.timing import gpu_time
+
+            with self.pin():
+                timing = gpu_time(self.calls, rep_ms, clock=self.clock)
+            return Sample(timing.ms, timing.mhz)
+        per_call, mhz = self.graph.timed(rep_ms, self.clock)
+        return Sample(statistics.median(per_call), mhz)
+
+    @property
+    def method(self) -> str:
+        from kernel.timing import DO_BENCH, GRAPH
+
+        return GRAPH if self.graph is not None else DO_BENCH
+
+
+class WallCandidate:
+    """A candidate timed by the wall clock, one call per measurement (the interpreter on the CPU:
+    its times mean nothing, and it has no SM clock)."""
+
+    def __init__(self, measure_ms: Callable[[], float]):
+        self.measure_ms = measure_ms
+
+    def settle(self, ms: float) -> None:
+        return None
+
+    def measure(self, rep_ms: float) -> Sample:
+        return Sample(self.measure_ms())

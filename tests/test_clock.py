@@ -1,0 +1,178 @@
+"""The SM clock (a fake NVML), the adaptive re-timing's stopping rules, and the figure that decides:
+cycles where every measurement has its clock, the ratio to SDPA of the same round otherwise."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+
+from kernel import clock
+from kernel.retime import CYCLES, MS, SDPA_RATIO, Rounds, Sample, adaptive_rounds, decided, figures
+from tuner.finalists import finalist_rows, judge_rounds
+from tuner.outcome import SDPA_KEYS
+
+
+class FakeNvml(types.ModuleType):
+    """``pynvml`` as far as :mod:`kernel.clock` uses it: one GPU whose SM clock the test sets."""
+
+    NVML_CLOCK_SM = 1
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, mhz: float = 1900.0, fail: bool = False):
+        super().__init__("pynvml")
+        self.mhz, self.fail, self.reads = mhz, fail, 0
+
+    def nvmlInit(self):
+        if self.fail:
+            raise self.NVMLError("driver not loaded")
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return ("uuid", uuid)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return ("index", index)
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        assert kind == self.NVML_CLOCK_SM
+        self.reads += 1
+        return self.mhz
+
+
+@pytest.fixture
+def nvml(monkeypatch):
+    """Install a fake ``pynvml``; the clock module forgets what it opened before and after."""
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    clock.reset()
+    yield fake
+    clock.reset()
+
+
+def test_the_clock_is_read_through_nvml_and_missing_nvml_or_a_driver_error_gives_none(nvml, monkeypatch):
+    opened = clock.sm_clock()
+    assert opened is not None and opened.mhz() == 1900.0
+    nvml.mhz = 1740.0
+    assert clock.sm_clock() is opened and opened.mhz() == 1740.0          # opened once, read each time
+    monkeypatch.setitem(sys.modules, "pynvml", None)                        # nvidia-ml-py not installed
+    clock.reset()
+    assert clock.sm_clock() is None
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(fail=True))         # installed, no driver
+    clock.reset()
+    assert clock.sm_clock() is None
+    assert clock.sample_while(lambda: True, None) is None                   # no clock: no reading, no wait
+
+
+def test_the_clock_is_averaged_over_the_readings_taken_while_the_gpu_works(nvml):
+    opened = clock.sm_clock()
+    readings = iter([1700.0, 1800.0, 1900.0])
+    nvml.nvmlDeviceGetClockInfo = lambda handle, kind: next(readings)
+    busy = iter([True, True, False])
+    assert clock.sample_while(lambda: next(busy), opened, 0.0) == pytest.approx(1800.0)
+    assert clock.cycles(0.5, 1800.0) == pytest.approx(900_000.0) and clock.cycles(0.5, None) is None
+
+
+class FakeCandidate:
+    """A config (or SDPA) of a fixed cycle count, measured while the fake clock runs at the MHz its
+    ``clock_of`` says for that round: ms = cycles / clock. ``nvml`` None: no clock is read."""
+
+    def __init__(self, kcycles: float, clock_of, nvml: FakeNvml | None, noise=lambda r: 0.0):
+        self.kcycles, self.clock_of, self.nvml, self.noise, self.round = kcycles, clock_of, nvml, noise, 0
+        self.settled = 0.0
+
+    def settle(self, ms: float) -> None:
+        self.settled += ms
+
+    def measure(self, rep_ms: float) -> Sample:
+        mhz = self.clock_of(self.round)
+        ms = self.kcycles / mhz * (1 + self.noise(self.round))
+        self.round += 1
+        if self.nvml is None:
+            return Sample(ms)
+        self.nvml.mhz = mhz
+        return Sample(ms, clock.sample_while(lambda: False, clock.sm_clock()))
+
+
+def test_a_config_faster_in_ms_only_because_its_clock_was_higher_loses_on_cycles(nvml):
+    # steady: 1000 kcycles, always measured at 1740 MHz; lucky: 2% more cycles, at 1935 MHz (10% less ms)
+    candidates = {"steady": FakeCandidate(1000.0, lambda r: 1740.0, nvml),
+                  "lucky": FakeCandidate(1020.0, lambda r: 1935.0, nvml)}
+    rounds = adaptive_rounds(candidates, ["steady", "lucky"], protocol=(300.0, 50.0, 3, 10))
+    assert rounds.samples["lucky"][0].ms < rounds.samples["steady"][0].ms          # faster in ms
+    verdict = judge_rounds("s", rounds)
+    assert verdict.figure == CYCLES and verdict.winner.config == "steady" and verdict.gap == pytest.approx(0.02)
+    assert verdict.winner.clock_mhz == 1740.0 and "(on cycles)" in verdict.sentence()
+    assert rounds.stopped == "separated" and rounds.rounds == 3                    # decided at the least rounds
+    assert all(c.settled == pytest.approx(150.0) for c in candidates.values())     # settled once, shared
+
+
+def test_without_nvml_the_ratio_to_sdpa_of_the_same_round_decides():
+    # the clock moves from round to round; every candidate of a round sees the same clock, NVML is absent
+    per_round = [1935.0, 1740.0, 1800.0, 1900.0]
+    clock_of = lambda r: per_round[r % 4]
+    candidates = {"a": FakeCandidate(1000.0, clock_of, None), "b": FakeCandidate(1030.0, clock_of, None),
+                  SDPA_KEYS["flash"]: FakeCandidate(1100.0, clock_of, None)}
+    rounds = adaptive_rounds(candidates, ["a", "b"], list(SDPA_KEYS.values()), (0.0, 50.0, 3, 10))
+    verdict = judge_rounds("s", rounds)
+    assert verdict.figure == SDPA_RATIO and verdict.winner.config == "a"
+    assert verdict.winner.figures == pytest.approx([1000 / 1100] * rounds.rounds)  # the clock cancels in the ratio
+    assert verdict.flash_ms == pytest.approx(sorted(1100 / c for c in per_round[:rounds.rounds])[rounds.rounds // 2])
+    assert verdict.separated and rounds.stopped == "separated"
+
+
+def test_the_ratio_is_what_decides_where_it_and_ms_disagree():
+    samples = {"a": [Sample(1.0), Sample(1.0), Sample(1.3)], "b": [Sample(1.1)] * 3,
+               SDPA_KEYS["flash"]: [Sample(0.8), Sample(1.2), Sample(1.2)]}
+    verdict = judge_rounds("s", Rounds(samples, "cap"))
+    assert verdict.figure == SDPA_RATIO and verdict.winner.config == "b"             # by ms it would be a
+    assert figures({"a": samples["a"], "b": samples["b"]})[0] == MS                 # no clock, no SDPA: ms
+    mixed = {"a": [Sample(1.0, 1900.0), Sample(1.0)], "b": [Sample(1.0, 1900.0)] * 2}
+    assert figures(mixed)[0] == MS                                                   # cycles only with every clock
+
+
+def test_rounds_stop_when_separated_when_quiet_or_at_the_cap():
+    assert decided({"a": [1.0, 1.01, 1.0], "b": [1.1, 1.1, 1.11]}, ["a", "b"]) == "separated"
+    assert decided({"a": [1.0, 1.001, 1.0], "b": [1.0, 1.0, 1.002]}, ["a", "b"]) == "quiet"
+    assert decided({"a": [1.0, 1.02, 1.0], "b": [1.01, 1.0, 1.01]}, ["a", "b"]) is None
+    assert decided({"a": [1.0, 1.5]}, ["a"]) == "separated"
+    # SDPA's own noise does not keep the configs' rounds going: only the contenders count
+    assert decided({"a": [1.0, 1.001, 1.0], "b": [1.0, 1.0, 1.002], "sdpa": [1, 2, 3]}, ["a", "b"]) == "quiet"
+    noisy = lambda r: 0.02 if r % 2 else -0.02
+    tie = {"a": FakeCandidate(1000.0, lambda r: 1800.0, None, noisy),
+           "b": FakeCandidate(1000.0, lambda r: 1800.0, None, lambda r: -noisy(r))}
+    rounds = adaptive_rounds(tie, ["a", "b"], protocol=(0.0, 50.0, 3, 7))
+    assert rounds.stopped == "cap" and rounds.rounds == 7
+    verdict = judge_rounds("s", rounds)
+    assert not verdict.separated and sorted(verdict.kept) == ["a", "b"]            # a tie keeps both
+
+
+def test_the_deciding_figure_is_stored_and_read_back_by_the_winners(tmp_path, nvml):
+    from tuner.store import Store
+    from tuner.winners import verdicts_of
+
+    candidates = {"steady": FakeCandidate(1000.0, lambda r: 1740.0, nvml),
+                  "lucky": FakeCandidate(1020.0, lambda r: 1935.0, nvml),
+                  SDPA_KEYS["cudnn"]: FakeCandidate(900.0, lambda r: 1800.0, nvml)}
+    verdict = judge_rounds("s", adaptive_rounds(candidates, ["steady", "lucky"], list(SDPA_KEYS.values())))
+    ctx = SimpleNamespace(run_id=1, study=SimpleNamespace(name="x"), target=SimpleNamespace(name="sm_89"),
+                          gpu_label="g")
+    path = tmp_path / "f.db"
+    db = Store(f"sqlite:///{path}")
+    db.replace_finalists(finalist_rows(ctx, verdict, "cuda_graph"))
+    with sqlite3.connect(path) as connection:
+        stored = connection.execute("select config, figure, clock_mhz, cycles, stopped, figures from fa2_finalists "
+                                    "order by rank").fetchall()
+    assert [s[:5] for s in stored] == [("steady", "cycles", 1740.0, pytest.approx(1e6), "separated"),
+                                       ("lucky", "cycles", 1935.0, pytest.approx(1.02e6), "separated")]
+    again = verdicts_of(db, "x", "sm_89", "g")["s"]
+    assert again.figure == CYCLES and again.winner.config == "steady" and again.cudnn_ms == verdict.cudnn_ms
+    assert json.loads(stored[0][5]) == pytest.approx(list(verdict.winner.figures))
+    with sqlite3.connect(path) as connection:      # a store written before figures: decided on ms again
+        connection.execute("update fa2_finalists set figures = null, figure = null")
+    assert verdicts_of(db, "x", "sm_89", "g")["s"].winner.config == "lucky"
