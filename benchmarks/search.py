@@ -1,12 +1,13 @@
 """``python -m benchmarks.search``: how fast the tuner finds a near-best config.
 
-    python -m benchmarks.search speed [--study autotune_race] [--markdown PATH]   # GPU
+    python -m benchmarks.search speed [--study autotune_race] [--knobs with without] [--markdown PATH]  # GPU
     python -m benchmarks.search quality --storage URL --study article --gpu sm_90 [--shape ...]
     python -m benchmarks.search stability --storage URL --study article --gpu sm_90 [--top 5] [--repeats 5]  # GPU
 
-``speed`` times, in one GPU run and each from a cold Triton cache, ``@triton.autotune``'s
-first call and ``tuner.sweep --sampler grid`` over the same config list, then times
-both winners side by side.
+``speed`` times, in one GPU run and each from cold caches, ``@triton.autotune``'s first
+call (through the autotuned entry point) and ``tuner.sweep --sampler grid`` over the same
+config list, knobs included, then again over its plain configs, and times both winners
+side by side (:mod:`benchmarks.race`).
 
 ``quality`` replays searches against a finished grid sweep: each sampler proposes
 configs, and each proposal is answered with the time the grid measured for it (the
@@ -22,127 +23,12 @@ swap places by more than that noise.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import textwrap
-import time
 from pathlib import Path
 
+from benchmarks.race import KNOBS, speed
 from tuner.formatting import usage_error
-
-
-def _package_root() -> str:
-    """The folder that holds the ``kernel`` and ``tuner`` packages this process imports (a checkout
-    or site-packages), for the contestants' processes: never this file's own location."""
-    import tuner
-
-    return str(Path(tuner.__file__).resolve().parent.parent)
-
-
-# ------------------------------------------------------------------------------- speed
-
-_AUTOTUNE_SCRIPT = textwrap.dedent("""
-    import json, sys, time, torch, triton
-    from kernel.autotuned import AutotunedFlashAttention
-    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-               for m, n, w, s in json.loads(sys.argv[1])]
-    shape = json.loads(sys.argv[2])
-    q, k, v = (torch.randn(shape["batch"], shape["heads"], shape["n_q"], shape["head_dim"], device="cuda",
-                           dtype=torch.bfloat16) for _ in range(3))
-    tuned = AutotunedFlashAttention(configs, ["N_Q", "N_K", "HEAD_DIM", "CAUSAL"])
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    tuned(q, k, v, shape["causal"])
-    torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
-    best = tuned.kernel.best_config
-    print(json.dumps({"seconds": elapsed, "best": [best.kwargs["BLOCK_M"], best.kwargs["BLOCK_N"],
-                                                   best.num_warps, best.num_stages]}))
-""")
-
-
-def _race(study_name: str, shape, configs, scratch: str) -> tuple[dict, float, str, int, float]:
-    """Run both contestants from cold caches: (autotune's answer, its wall s, the sweep's best,
-    configs the sweep timed, its wall s). Raises RuntimeError with the failing output."""
-    from tuner.store import Store
-    from tuner.winners import measured_on, winner
-
-    base_env = {**os.environ, "PYTHONPATH": f"{_package_root()}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", _AUTOTUNE_SCRIPT,
-                             json.dumps([[c.block_m, c.block_n, c.num_warps, c.num_stages] for c in configs]),
-                             json.dumps(shape.__dict__)], capture_output=True, text=True,
-                            env={**base_env, "TRITON_CACHE_DIR": f"{scratch}/autotune-triton"})
-    autotune_wall = time.perf_counter() - started
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr[-3000:])
-    db = f"{scratch}/race.db"
-    started = time.perf_counter()
-    sweep = subprocess.run([sys.executable, "-m", "tuner.sweep", "--gpu", "auto", "--study", study_name,
-                            "--sampler", "grid", "--storage", f"sqlite:///{db}", "--no-outputs", "--finalists", "0"],
-                           env={**base_env, "TRITON_CACHE_DIR": f"{scratch}/sweep-triton",
-                                "FA2_TUNER_CACHE": f"{scratch}/fa2"}, capture_output=True, text=True, cwd=scratch)
-    sweep_wall = time.perf_counter() - started
-    if sweep.returncode != 0:
-        raise RuntimeError(sweep.stdout[-2000:] + sweep.stderr[-3000:])
-    _, rows = measured_on(Store(f"sqlite:///{db}", create=False).results())
-    best = winner(rows, shape.label)            # the sweep ran without finalists: its fastest row
-    timed = len({r.config for r in rows if r.status == "timed"})
-    return json.loads(result.stdout.strip().splitlines()[-1]), autotune_wall, best, timed, sweep_wall
-
-
-def speed(study_name: str, markdown: Path | None) -> int:
-    """@triton.autotune's first call against the grid sweep, each from a cold cache, then both winners."""
-    import torch
-
-    from kernel import flash_attn_fwd
-    from kernel.timing import environment, environment_line, gpu_time, warm_gpu
-    from tuner import budget
-    from tuner.gpus import detect
-    from tuner.study import load
-
-    if not torch.cuda.is_available():
-        print("speed needs a CUDA GPU", file=sys.stderr)
-        return 1
-    study = load(study_name)
-    shape = study.shapes[0]
-    gpu = detect()
-    # The same list for both: the study's configs that the budget model lets launch here.
-    configs = [c for c in study.configs() if budget.verdict(c, shape, gpu, None).launchable]
-    env = environment()
-    with tempfile.TemporaryDirectory() as scratch:
-        try:
-            autotune, autotune_wall, sweep_best, timed, sweep_wall = _race(study_name, shape, configs, scratch)
-        except RuntimeError as failure:
-            print(failure, file=sys.stderr)
-            return 1
-    warm_gpu()          # both winners, side by side in this process
-    q, k, v = (torch.randn(shape.batch, shape.heads, shape.n_q, shape.head_dim, device="cuda",
-                           dtype=torch.bfloat16) for _ in range(3))
-    config_type = study.kernel.config_type
-    picks = {"autotune": config_type(*autotune["best"]), "sweep": config_type.parse(sweep_best)}
-    side = {name: gpu_time([lambda c=c: flash_attn_fwd(q, k, v, shape.causal, **c.as_kwargs())], 200).ms
-            for name, c in picks.items()}
-    lines = [environment_line(env), f"Command: python -m benchmarks.search speed --study {study_name}",
-             f"Shape {shape.label}; {len(configs)} configs (the study's, less those the budget model rejects "
-             f"on {gpu.name}); cold Triton cache for each.", "",
-             "| | wall time (s) | best config | its ms, timed side by side |", "|---|---|---|---|",
-             f"| @triton.autotune, first call | {autotune['seconds']:.1f} (process {autotune_wall:.1f}) | "
-             f"{picks['autotune'].key} | {side['autotune']:.4f} |",
-             f"| tuner.sweep --sampler grid | {sweep_wall:.1f} (whole command; {timed} timed and checked) | "
-             f"{picks['sweep'].key} | {side['sweep']:.4f} |", "",
-             f"Speed-up of the sweep over autotune: {autotune_wall / sweep_wall:.2f}x (process wall times). "
-             f"Winners differ by {100 * abs(side['sweep'] / side['autotune'] - 1):.1f}% when timed together."]
-    text = "\n".join(lines)
-    print(text)
-    if markdown:
-        markdown.write_text(text + "\n")
-    return 0
-
 
 # ----------------------------------------------------------------------------- quality
 
@@ -227,30 +113,39 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
 
 
 def stability_report(verdict) -> list[str]:
-    """Markdown lines for a :class:`tuner.finalists.ShapeVerdict`: each config's spread, and
-    whether the winner is ahead of the runner-up by more than the noise."""
+    """Markdown lines for a :class:`tuner.finalists.ShapeVerdict`: each config's spread on the
+    figure that decides (and on ms), and whether the winner is ahead by more than the noise."""
     rounds = len(verdict.winner.times)
     wins = {t.config: 0 for t in verdict.ranked}
     for r in range(rounds):
-        wins[min(verdict.ranked, key=lambda t: t.times[r]).config] += 1
-    lines = ["| rank | config | median ms | min | max | spread | rounds won |", "|---|---|---|---|---|---|---|"]
+        wins[min(verdict.ranked, key=lambda t: t.decided_by[r]).config] += 1
+    lines = [f"| rank | config | median ms | min | max | spread on {verdict.figure} | spread on ms | median MHz "
+             "| rounds won |", "|---|---|---|---|---|---|---|---|---|"]
     for rank, timing in enumerate(verdict.ranked, start=1):
+        mhz = f"{timing.clock_mhz:.0f}" if timing.clock_mhz else "n/a"
         lines.append(f"| {rank} | {timing.config} | {timing.median:.4f} | {min(timing.times):.4f} | "
-                     f"{max(timing.times):.4f} | {100 * timing.spread:.1f}% | {wins[timing.config]}/{rounds} |")
+                     f"{max(timing.times):.4f} | {100 * timing.spread:.2f}% | {100 * timing.ms_spread:.2f}% | "
+                     f"{mhz} | {wins[timing.config]}/{rounds} |")
     spreads = [t.spread for t in verdict.ranked]
-    lines += ["", f"Largest spread {100 * max(spreads):.1f}% (bar 2%); {verdict.sentence()}."]
+    lines += ["", f"Largest spread on {verdict.figure} {100 * max(spreads):.2f}% (bar {100 * STABILITY_BAR:.1f}%); "
+                  f"{verdict.sentence()}."]
     return lines
 
 
+STABILITY_BAR = 0.015
+
+
 def stability(url: str, study_name: str, target_name: str, shape_label: str | None, top: int, repeats: int,
-              markdown: Path | None, protocol: tuple[float, float] | None = None) -> int:
-    """Re-time a shape's top configs ``repeats`` times in rotating rounds (as the finalists are)."""
+              markdown: Path | None, protocol: tuple[float | None, float | None] = (None, None),
+              retime: str = "adaptive") -> int:
+    """Re-time a shape's top configs ``repeats`` times in rotating rounds, SDPA among them, as the
+    finalists are (``retime``: the adaptive protocol's windows, or the fixed one's)."""
     import torch
 
-    from benchmarks.timing import retime
+    from benchmarks.finalists import retime_rounds
     from benchmarks.vs_sdpa import make_sets
-    from kernel.timing import RETIME, environment, environment_line, warm_gpu
-    from tuner.finalists import judge
+    from kernel.timing import environment, environment_line, warm_gpu
+    from tuner.finalists import judge_rounds
     from tuner.store import Store
     from tuner.study import load
     from tuner.winners import ranked
@@ -269,19 +164,21 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
     sets = make_sets(shape)
     env = environment()
     warm_gpu()
-    rep_ms, settle_ms = protocol or RETIME
-    verdict = judge(shape.label, retime(shape, keys, repeats, (rep_ms, settle_ms), sets))
+    rep_ms, settle_ms = protocol
+    verdict = judge_rounds(shape.label, retime_rounds(shape, keys, repeats, retime, sets, True, settle_ms, rep_ms))
+    window = ("each graph captured once, the clock settled once, then short windows" if retime == "adaptive"
+              else "each measurement 100 ms of replays to settle the clock, then 200 ms timed")
     header = [environment_line(env),
               f"Command: python -m benchmarks.search stability --study {study_name} --gpu {target_name} "
-              f"--shape \"{shape.label}\" --top {top} --repeats {repeats}",
+              f"--shape \"{shape.label}\" --top {top} --repeats {repeats} --retime {retime}",
               f"The top {len(keys)} configs of the store for {shape.label}, each timed {repeats} times in rounds "
-              f"whose order rotates (GPU time by CUDA-graph replay, {len(sets)} input sets, {settle_ms:.0f} ms "
-              f"of replays to settle the clock, then {rep_ms:.0f} ms timed; the median replay).", ""]
+              f"whose order rotates with SDPA's backends (GPU time by CUDA-graph replay, {len(sets)} input sets; "
+              f"{window}; the SM clock read through NVML as each runs). Decided on: {verdict.figure}.", ""]
     text = "\n".join(header + stability_report(verdict))
     print(text)
     if markdown:
         markdown.write_text(text + "\n")
-    return 0 if max(t.spread for t in verdict.ranked) <= 0.02 else 1
+    return 0 if max(t.spread for t in verdict.ranked) <= STABILITY_BAR else 1
 
 
 def _check_args(args) -> str | None:
@@ -315,7 +212,11 @@ def main(argv=None) -> int:
                                             "--study article --gpu sm_90 --samplers tpe random --seeds 5")
     sub = parser.add_subparsers(dest="command", required=True)
     p_speed = sub.add_parser("speed", help="@triton.autotune vs the grid sweep, cold cache, one GPU run")
-    p_speed.add_argument("--study", default="autotune_race")
+    p_speed.add_argument("--study", default="autotune_race",
+                         help="the config list: autotune_race (200 configs on an H200, half TMA; default) or "
+                              "autotune_race_small (48), or any study file")
+    p_speed.add_argument("--knobs", nargs="+", choices=KNOBS, default=list(KNOBS),
+                         help="the races: with the knobs (the whole list), without (its plain configs); default both")
     p_speed.add_argument("--markdown", type=Path)
     p_quality = sub.add_parser("quality", help="trials each sampler needs to reach 2%% of a grid's best")
     p_quality.add_argument("--storage", required=True)
@@ -333,18 +234,19 @@ def main(argv=None) -> int:
     p_stability.add_argument("--top", type=int, default=5)
     p_stability.add_argument("--repeats", type=int, default=5)
     p_stability.add_argument("--markdown", type=Path)
-    p_stability.add_argument("--settle-ms", type=float, help="untimed replays first (default the finalists')")
-    p_stability.add_argument("--rep-ms", type=float, help="timed replays (default the finalists')")
+    p_stability.add_argument("--retime", choices=("adaptive", "fixed"), default="adaptive",
+                             help="the finalists' protocol whose windows are used (default adaptive)")
+    p_stability.add_argument("--settle-ms", type=float, help="adaptive: settling once (default the finalists')")
+    p_stability.add_argument("--rep-ms", type=float, help="adaptive: each timed window (default the finalists')")
     args = parser.parse_args(argv)
     problem = _check_args(args)
     if problem:
         return usage_error(parser, problem)
     if args.command == "stability":
-        protocol = (args.rep_ms, args.settle_ms) if args.rep_ms and args.settle_ms is not None else None
         return stability(args.storage, args.study, args.gpu, args.shape, args.top, args.repeats, args.markdown,
-                         protocol)
+                         (args.rep_ms, args.settle_ms), args.retime)
     if args.command == "speed":
-        return speed(args.study, args.markdown)
+        return speed(args.study, args.markdown, tuple(args.knobs))
     return quality(args.storage, args.study, args.gpu, args.shape, args.samplers, args.seeds, args.markdown)
 
 
