@@ -1,13 +1,13 @@
 """``python -m benchmarks.search``: how fast the tuner finds a near-best config.
 
-    python -m benchmarks.search speed [--study autotune_race] [--knobs with without] [--markdown PATH]  # GPU
+    python -m benchmarks.search speed [--study autotune_race] [--markdown PATH]   # GPU
     python -m benchmarks.search quality --storage URL --study article --gpu sm_90 [--shape ...]
     python -m benchmarks.search stability --storage URL --study article --gpu sm_90 [--top 5] [--repeats 5]  # GPU
 
 ``speed`` times, in one GPU run and each from cold caches, ``@triton.autotune``'s first
 call (through the autotuned entry point) and ``tuner.sweep --sampler grid`` over the same
-config list, knobs included, then again over its plain configs, and times both winners
-side by side (:mod:`benchmarks.race`).
+config list, knobs included, and over its plain configs alone, and times each race's
+winners side by side (:mod:`benchmarks.race`).
 
 ``quality`` replays searches against a finished grid sweep: each sampler proposes
 configs, and each proposal is answered with the time the grid measured for it (the
@@ -27,7 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks.race import KNOBS, speed
+from benchmarks.race import speed
 from tuner.formatting import usage_error
 
 # ----------------------------------------------------------------------------- quality
@@ -215,8 +215,6 @@ def main(argv=None) -> int:
     p_speed.add_argument("--study", default="autotune_race",
                          help="the config list: autotune_race (200 configs on an H200, half TMA; default) or "
                               "autotune_race_small (48), or any study file")
-    p_speed.add_argument("--knobs", nargs="+", choices=KNOBS, default=list(KNOBS),
-                         help="the races: with the knobs (the whole list), without (its plain configs); default both")
     p_speed.add_argument("--markdown", type=Path)
     p_quality = sub.add_parser("quality", help="trials each sampler needs to reach 2%% of a grid's best")
     p_quality.add_argument("--storage", required=True)
@@ -246,7 +244,7 @@ def main(argv=None) -> int:
         return stability(args.storage, args.study, args.gpu, args.shape, args.top, args.repeats, args.markdown,
                          (args.rep_ms, args.settle_ms), args.retime)
     if args.command == "speed":
-        return speed(args.study, args.markdown, tuple(args.knobs))
+        return speed(args.study, args.markdown)
     return quality(args.storage, args.study, args.gpu, args.shape, args.samplers, args.seeds, args.markdown)
 
 

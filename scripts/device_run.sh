@@ -106,14 +106,30 @@ stage() {
            python3 -c "import sqlite3; c = sqlite3.connect('$W/w2.db'); print('w2 timed configs per device:', \
              c.execute(\"select device_index, device_uuid, count(distinct config) from fa2_results where status='timed' \
              group by 1, 2\").fetchall())";;
+    speed) # issue 24's bars, in order: the main job from cold caches (adaptive finalists); the same finalists
+           # re-timed with the fixed protocol (the winners' agreement); the race; the top-5 spread at N=4096
+           S=$W/speed; rm -rf "$S"; mkdir -p "$S"
+           python3 -c "import pynvml; pynvml.nvmlInit(); print('NVML', pynvml.nvmlSystemGetDriverVersion())" \
+             || echo "NVML missing: winners decided on the ratio to SDPA"
+           TRITON_CACHE_DIR=$S/triton FA2_TUNER_CACHE=$S/fa2 /usr/bin/time -f "main job wall %e s" timeout 300 \
+             python3 -m tuner.sweep --gpu sm_89 --storage "sqlite:///$S/main.db" --out "$S/main" > "$S/main.log" 2>&1
+           echo "main job rc=$?"; grep -vE "^\[|^compiling" "$S/main.log" | tail -32
+           TRITON_CACHE_DIR=$S/triton timeout 200 python3 -m benchmarks.finalists agree --storage "sqlite:///$S/main.db" \
+             --study article --gpu sm_89 --markdown "$S/agree.md" > "$S/agree.log" 2>&1
+           echo "agree rc=$?"; tail -14 "$S/agree.log"
+           /usr/bin/time -f "race wall %e s" timeout 420 python3 -m benchmarks.search speed --markdown "$S/race.md" \
+             > "$S/race.log" 2>&1; echo "race rc=$?"; tail -14 "$S/race.log"
+           TRITON_CACHE_DIR=$S/triton timeout 120 python3 -m benchmarks.search stability --storage "sqlite:///$S/main.db" \
+             --study article --gpu sm_89 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" --top 5 --repeats 5 \
+             --markdown "$S/stability.md" > "$S/stability.log" 2>&1; echo "stability rc=$?"; tail -12 "$S/stability.log";;
     dash) python3 -m tuner.dashboard --storage "sqlite:///$W/grid1.db" --out "$W/dash" --plotlyjs cdn 2>&1 | tail -2;;
     *) echo "unknown stage $1";;
   esac
 }
 
 pack() {
-  (cd "$W" && tar czf "$OUT/results.tgz" --exclude='triton*' --exclude=fa2-tuner --exclude='cache_*' \
-     --exclude=.installed --exclude='*/plotly.min.js' --exclude='w[12]/dashboards' . 2>/dev/null)
+  (cd "$W" && tar czf "$OUT/results.tgz" --exclude='triton*' --exclude=fa2-tuner --exclude='cache_*' --exclude=fa2 \
+     --exclude=.installed --exclude='*/plotly.min.js' --exclude='w[12]/dashboards' --exclude='speed/main/dashboards' . 2>/dev/null)
   ls -la "$OUT"
 }
 

@@ -40,6 +40,10 @@ def test_the_race_without_knobs_is_the_same_tiles_with_every_knob_off(tmp_path):
     assert len(plain.configs()) == len(study.configs()) // 2
 
 
+def test_the_autotune_script_compiles():
+    compile(race.AUTOTUNE_SCRIPT, "<autotune>", "exec")
+
+
 def test_speed_without_a_gpu_says_so(capsys):
     import torch
 
@@ -47,5 +51,5 @@ def test_speed_without_a_gpu_says_so(capsys):
 
     if torch.cuda.is_available():
         return
-    assert search.main(["speed", "--study", "autotune_race", "--knobs", "with"]) == 1
+    assert search.main(["speed", "--study", "autotune_race"]) == 1
     assert "needs a CUDA GPU" in capsys.readouterr().err

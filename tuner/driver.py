@@ -10,6 +10,7 @@ runs the first two stages for the target over the whole space and stops.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sys
@@ -24,6 +25,7 @@ from kernel.timing import WALL
 from tuner import finalists, records, search
 from tuner.budget import CompilePool, CompileTask
 from tuner.budget_only import budget_only
+from tuner.formatting import fmt
 from tuner.gpus import GpuSpec
 from tuner.outcome import TrialOutcome, WorkerFailed
 from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage
@@ -135,6 +137,8 @@ class Sweep:
         self.slots = [Slot(i, GpuWorker(ctx.study.shapes, timing, options.trial_timeout_s, options.device, i, kernel),
                            replace(ctx, baselines={})) for i in range(options.workers)]
         self.pool = CompilePool(jobs)
+        if options.device != "cpu":
+            self.pool.start()         # the workers import Triton while Optuna and the GPU worker start
         try:
             self._search(deadline)
             self._end_of_run()
@@ -153,11 +157,11 @@ class Sweep:
         """Batches of trials: the next one is asked and compiled while this one is checked and timed,
         at most two batches in flight; each trial takes a free device for its check and timing."""
         self.free: queue.Queue[Slot] = queue.Queue()
-        for slot in self.slots:
-            self.free.put(slot)
         # More threads than devices: one trial's bookkeeping (store, Optuna) runs while
         # another holds the device; a trial takes a device only to be checked and timed.
         threads = ThreadPoolExecutor(2 * len(self.slots) + 1, thread_name_prefix="fa2-tuner-trial")
+        for slot in self.slots:       # each device starts and measures SDPA while the first batch compiles
+            threads.submit(self._prepare, slot)
         asker = ThreadPoolExecutor(1, thread_name_prefix="fa2-tuner-ask")
         try:
             previous: list = []
@@ -315,7 +319,14 @@ class Sweep:
             self.counts[status] += 1
             self.progress.update(asked.config, value, status, self.ctx.study.metric)
 
-    # ----------------------------------------------------------- baselines, finalists
+    def _prepare(self, slot: Slot) -> None:
+        """Start a device's worker and its baselines, then free it (a failure: its first trial retries)."""
+        try:
+            with contextlib.suppress(WorkerFailed):
+                if self.options.device != "cpu":
+                    self._ensure_baselines(slot)
+        finally:
+            self.free.put(slot)
 
     def _ensure_baselines(self, slot: Slot) -> None:
         """SDPA per shape on the slot's device, once per run, before it times its first config."""
@@ -329,7 +340,8 @@ class Sweep:
         self.store.add(*records.baseline_rows(self.ctx.run_id, slot.ctx.baselines, "start", slot.ctx.device))
         where = f" on device {slot.index} ({slot.ctx.device.get('device_name')})" if len(self.slots) > 1 else ""
         for label, times in slot.ctx.baselines.items():
-            print(f"SDPA {label}{where}: flash {_ms(times.get('flash_ms'))}, cuDNN {_ms(times.get('cudnn_ms'))} "
+            print(f"SDPA {label}{where}: flash {fmt(times.get('flash_ms'), '.4f')} ms, "
+                  f"cuDNN {fmt(times.get('cudnn_ms'), '.4f')} ms "
                   f"({times.get('timer')})", file=sys.stderr)
         print(f"worker {slot.index} ready: inputs, references and SDPA baselines in "
               f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
@@ -356,11 +368,10 @@ class Sweep:
         slots, rounds = self.slots, finalists.protocol(self.options.retime, self.options.rounds)
         share = {slot.index: {label: configs for i, (label, configs) in enumerate(chosen.items())
                               if i % len(slots) == slot.index} for slot in slots}
+        times: dict[str, Rounds] = {}
         with ThreadPoolExecutor(len(slots)) as threads:
-            parts = [threads.submit(slot.worker.retime, share[slot.index], rounds) for slot in slots
-                     if share[slot.index]]
-            times: dict[str, Rounds] = {}
-            for part in parts:
+            for part in [threads.submit(slot.worker.retime, share[slot.index], rounds) for slot in slots
+                         if share[slot.index]]:
                 times.update(part.result())
         return {label: times[label] for label in chosen if label in times}
 
@@ -383,14 +394,7 @@ class Sweep:
         stored = []
         for label, measured in times.items():
             verdict = self.verdicts[label] = finalists.judge_rounds(label, measured)
-            stored += finalists.finalist_rows(ctx, verdict, timer or _timer_of(rows, label))
+            stored += finalists.finalist_rows(ctx, verdict, timer or finalists.timer_of(rows, label))
         self.store.replace_finalists(stored)
         return self.verdicts
 
-
-def _timer_of(rows: list[Result], label: str) -> str | None:
-    return next((r.timer for r in rows if r.shape == label and r.timer), None)
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f} ms"

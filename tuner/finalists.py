@@ -180,6 +180,11 @@ def judge_rounds(shape: str, rounds: Rounds) -> ShapeVerdict:
                  rounds.stopped)
 
 
+def timer_of(rows: list[Result], label: str) -> str | None:
+    """The timer of a shape's timed rows (what its finalists were timed with, too)."""
+    return next((r.timer for r in rows if r.shape == label and r.timer), None)
+
+
 def finalist_rows(ctx, verdict: ShapeVerdict, timer: str | None) -> list[Finalist]:
     """The store's rows for a shape's re-timed finalists (``ctx``: the run's :class:`RunContext`)."""
     return [Finalist(run_id=ctx.run_id, study=ctx.study.name, target=ctx.target.name, gpu=ctx.gpu_label,

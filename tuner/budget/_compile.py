@@ -226,6 +226,13 @@ def _worker_init() -> None:
     os.dup2(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), 2)
 
 
+def _import_compiler() -> None:
+    """A pool worker's warm-up (:meth:`CompilePool.start`): what every compile imports."""
+    import triton.compiler  # noqa: F401
+
+    import tuner.kernels  # noqa: F401
+
+
 class CompilePool:
     """Compiles on many cores in fresh (spawned) processes, kept for many batches.
 
@@ -240,6 +247,21 @@ class CompilePool:
         self.jobs = max(1, jobs or os.cpu_count() or 1)
         self._executor: ProcessPoolExecutor | None = None
 
+    def _ensure_executor(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("spawn"),
+                                                 initializer=_worker_init)
+        return self._executor
+
+    def start(self) -> None:
+        """Spawn every worker now, each importing the compiler, without waiting: a spawned worker
+        takes seconds to import Triton (5.8 s for one worker and its first compile on the CPU of
+        docs/results/2026-12-01-compile.md), which otherwise falls on the first batch's compiles."""
+        executor = self._ensure_executor()
+        with _without_interpreter():
+            for _ in range(self.jobs):
+                executor.submit(_import_compiler)
+
     def submit(self, task: CompileTask) -> Future:
         """Compile one task; the future's result is a :class:`CompileInfo`."""
         cached = cached_info(task)
@@ -247,11 +269,9 @@ class CompilePool:
             done: Future = Future()
             done.set_result(cached)
             return done
-        if self._executor is None:
-            self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("spawn"),
-                                                 initializer=_worker_init)
+        executor = self._ensure_executor()
         with _without_interpreter():          # workers are spawned inside submit, as they are needed
-            return self._executor.submit(compile_config, task)
+            return executor.submit(compile_config, task)
 
     def close(self) -> None:
         if self._executor is not None:
