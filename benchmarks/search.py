@@ -33,9 +33,34 @@ from tuner.formatting import usage_error
 # ----------------------------------------------------------------------------- quality
 
 
-def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int, target: float):
+def recorded_store(path: Path, folder: str) -> str:
+    """A SQLite store in ``folder`` holding recorded rows (JSON, gzipped or not: ``{"runs": [...],
+    "results": [...]}`` as in ``tests/fixtures/h200_results.json.gz``); its URL."""
+    import datetime as dt
+    import gzip
+    import json
+
+    from tuner.store import Result, Run, Store
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        data = json.load(handle)
+
+    def decoded(table, values: dict) -> dict:
+        return {c.name: dt.datetime.fromisoformat(values[c.name]) if isinstance(values.get(c.name), str)
+                and c.type.python_type is dt.datetime else values.get(c.name) for c in table.columns}
+
+    db = Store(f"sqlite:///{folder}/recorded.db")
+    with db.session() as session:
+        session.add_all(Run(**decoded(Run.__table__, run)) for run in data["runs"])
+        session.add_all(Result(**decoded(Result.__table__, row)) for row in data["results"])
+    return db.url
+
+
+def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int, target: float, warm=()):
     """One search against recorded timings: trials, distinct configs, configs that were timed
-    (the GPU's share: a rejected config costs no GPU time) and recorded seconds to reach ``target``."""
+    (the GPU's share: a rejected config costs no GPU time) and recorded seconds to reach ``target``.
+    ``warm``: configs enqueued first, as a new study of the sweep does (:func:`tuner.records.warm_configs`)."""
     import optuna
 
     from tuner import search
@@ -43,6 +68,8 @@ def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = search.make_sampler(sampler_name, space, seed)
     study = optuna.create_study(direction="maximize", sampler=sampler)
+    for config in warm:
+        study.enqueue_trial(space.trial_params(config, sampler_name == "tpe"), skip_if_exists=True)
     dists = search.distributions(space, sampler_name)
     seen: dict[str, float] = {}
     spent, timed = 0.0, set()
@@ -62,8 +89,32 @@ def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int
     return None, len(seen), spent, len(timed)
 
 
+def _warm_for(db, study, target, label: str, gpu: str) -> tuple:
+    """The configs a new study of one shape would try first (:func:`tuner.records.pick_warm`): the
+    best of the store's related rows (same kernel, pass and head dim), less every row of that shape
+    on that GPU (in a replay they would be the answer itself)."""
+    from tuner.records import pick_warm
+
+    head_dim = next(s.head_dim for s in study.shapes if s.label == label)
+    related = [r for r in db.timed_results(study.kernel_name, study.pass_, [head_dim])
+               if not (r.shape == label and r.gpu == gpu)]
+    return tuple(pick_warm(related, study, target))
+
+
+def _quality_line(label: str, valid: int, sampler: str, results: list, seeds: int, warm: int, cap: int) -> str:
+    found = [r for r in results if r[0] is not None]
+    trials = [r[0] if r[0] is not None else cap for r in results]
+    distinct, spent, timed = ([r[i] for r in results] for i in (1, 2, 3))
+    return (f"| {label} | {valid} | {sampler}{f' warm ({warm})' if warm else ''} | "
+            f"{statistics.median(trials):.0f} / {max(trials)} ({100 * statistics.median(trials) / valid:.1f}% / "
+            f"{100 * max(trials) / valid:.1f}% of valid) | {statistics.median(distinct):.0f} | "
+            f"{statistics.median(timed):.0f} / {max(timed)} ({100 * statistics.median(timed) / valid:.0f}% / "
+            f"{100 * max(timed) / valid:.0f}%) | {statistics.median(spent):.0f} / {max(spent):.0f} | "
+            f"{len(found)}/{seeds} |")
+
+
 def quality(url: str, study_name: str, target_name: str, shapes: list[str], samplers: list[str], seeds: int,
-            markdown: Path | None) -> int:
+            markdown: Path | None, warm: bool = False) -> int:
     from tuner.gpus import GpuSpec
     from tuner.status import Status
     from tuner.store import Store
@@ -71,15 +122,17 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
 
     study = load(study_name)
     target = GpuSpec.from_name(target_name)
-    rows = [r for r in Store(url, create=False).results(study.name, target.name) if r.gpu != "none"]
+    db = Store(url, create=False)
+    rows = [r for r in db.results(study.name, target.name) if r.gpu != "none"]
     labels = shapes or [s.label for s in study.shapes]
+    cap = len(study.space.all_configs())
     lines = [f"Replayed against the grid sweep of study {study.name!r} on {target.name} ({rows[0].gpu}; triton "
-             f"{rows[0].triton_version}), {len(study.space.all_configs())} configs in the space.",
+             f"{rows[0].triton_version}), {cap} configs in the space.",
              f"Command: python -m benchmarks.search quality --study {study_name} --gpu {target_name} "
-             f"--samplers {' '.join(samplers)} --seeds {seeds}", "",
-             "| shape | valid configs | sampler | trials to 2% of best: median / worst | distinct configs asked "
-             "| of them timed (valid): median / worst | recorded timing s: median / worst | found in all seeds |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"--samplers {' '.join(samplers)} --seeds {seeds}{' --warm' if warm else ''}", "",
+             "| shape | valid configs | sampler (warm: configs enqueued first) | trials to 2% of best: median / worst "
+             "| distinct configs asked | of them timed (valid): median / worst | recorded timing s: median / worst "
+             "| found in all seeds |", "|---|---|---|---|---|---|---|---|"]
     for label in labels:
         shape_rows = [r for r in rows if r.shape == label]
         # per-config seconds: the trial's check + time, shared by the study's shapes
@@ -87,21 +140,12 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
                             (r.check_s or 0.0) + (r.time_s or 0.0)) for r in shape_rows}
         valid = sum(1 for value, _ in table.values() if value > 0)
         best = max(value for value, _ in table.values())
+        starts = [()] + ([_warm_for(db, study, target, label, rows[0].gpu)] if warm else [])
         for sampler in samplers:
-            results = [_replay(sampler, seed, table, study.space, len(study.space.all_configs()), best / 1.02)
-                       for seed in range(seeds)]
-            found = [r for r in results if r[0] is not None]
-            trials = [r[0] if r[0] is not None else len(study.space.all_configs()) for r in results]
-            distinct = [r[1] for r in results]
-            spent = [r[2] for r in results]
-            timed = [r[3] for r in results]
-            lines.append(f"| {label} | {valid} | {sampler} | {statistics.median(trials):.0f} / {max(trials)} "
-                         f"({100 * statistics.median(trials) / valid:.0f}% / {100 * max(trials) / valid:.0f}% of "
-                         f"valid) | {statistics.median(distinct):.0f} | {statistics.median(timed):.0f} / {max(timed)} "
-                         f"({100 * statistics.median(timed) / valid:.0f}% / {100 * max(timed) / valid:.0f}%) | "
-                         f"{statistics.median(spent):.0f} / "
-                         f"{max(spent):.0f} | {len(found)}/{seeds} |")
-            print(lines[-1], flush=True)
+            for start in dict.fromkeys(starts):
+                results = [_replay(sampler, seed, table, study.space, cap, best / 1.02, start) for seed in range(seeds)]
+                lines.append(_quality_line(label, valid, sampler, results, seeds, len(start), cap))
+                print(lines[-1], flush=True)
     text = "\n".join(lines)
     if markdown:
         markdown.write_text(text + "\n")
@@ -192,7 +236,11 @@ def _check_args(args) -> str | None:
         load(args.study)
         if args.command != "speed":
             GpuSpec.from_name(args.gpu)
-            Store(args.storage, create=False)
+            if args.command == "quality" and not args.storage:
+                if not args.recorded or not args.recorded.is_file():
+                    return f"quality needs --storage, or --recorded naming a file (got {args.recorded})"
+            else:
+                Store(args.storage, create=False)
     except (StudyError, StoreError, ValueError, RuntimeError) as exc:
         return str(exc)
     for name in ("seeds", "top", "repeats"):
@@ -217,7 +265,13 @@ def main(argv=None) -> int:
                               "autotune_race_small (48), or any study file")
     p_speed.add_argument("--markdown", type=Path)
     p_quality = sub.add_parser("quality", help="trials each sampler needs to reach 2%% of a grid's best")
-    p_quality.add_argument("--storage", required=True)
+    p_quality.add_argument("--storage", help="a store holding the grid (or --recorded)")
+    p_quality.add_argument("--recorded", type=Path,
+                           help="recorded rows as JSON(.gz), e.g. tests/fixtures/h200_results.json.gz, loaded into "
+                                "a scratch store instead of --storage")
+    p_quality.add_argument("--warm", action="store_true",
+                           help="also replay each sampler warm-started from the store's related rows (the same head "
+                                "dim, other shapes), as a new study of the sweep is")
     p_quality.add_argument("--study", required=True)
     p_quality.add_argument("--gpu", required=True)
     p_quality.add_argument("--shape", action="append", default=[], help="shape label (repeatable; default all)")
@@ -245,7 +299,14 @@ def main(argv=None) -> int:
                          (args.rep_ms, args.settle_ms), args.retime)
     if args.command == "speed":
         return speed(args.study, args.markdown)
-    return quality(args.storage, args.study, args.gpu, args.shape, args.samplers, args.seeds, args.markdown)
+    if args.storage:
+        return quality(args.storage, args.study, args.gpu, args.shape, args.samplers, args.seeds, args.markdown,
+                       args.warm)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        return quality(recorded_store(args.recorded, scratch), args.study, args.gpu, args.shape, args.samplers,
+                       args.seeds, args.markdown, args.warm)
 
 
 if __name__ == "__main__":

@@ -98,8 +98,6 @@ class Sweep:
         self.lock = threading.RLock()                 # known, by_binary, counts, clock, progress
         self.timing_binary: dict[str, threading.Event] = {}     # binary -> set when its claimant is done
 
-    # ----------------------------------------------------------------- no GPU
-
     def budget_only(self) -> Counter:
         """Stages 1 and 2 for the target over the study's whole space, stored (no GPU)."""
         self.counts.update(budget_only(self.ctx, self.store, self.options.jobs))
@@ -118,7 +116,8 @@ class Sweep:
             name += "-interpreter"
         self.search = search.SearchSession(self.store.url, name, options.sampler, ctx.study.space, options.seed,
                                            options.trials, {"metric": ctx.study.metric, "target": ctx.target.name,
-                                                            "gpu": ctx.gpu_label})
+                                                            "gpu": ctx.gpu_label},
+                                           records.warm_configs(self.store, ctx.study, ctx.target, ctx.gpu_label))
         if self.search.orphans:
             print(f"resuming: {len(self.search.orphans)} trial(s) left in flight by a stopped sweep will be finished "
                   f"first ({', '.join(o.config.key for o in self.search.orphans)})", file=sys.stderr)

@@ -167,6 +167,38 @@ def fastest_first(timed: list[Result]) -> list[Result]:
     return sorted(timed, key=lambda r: (r.ms, r.config))
 
 
+WARM_PER_GROUP, WARM_MOST = 3, 8
+
+
+def pick_warm(rows: list[Result], study: Study, target: GpuSpec, per_group: int = WARM_PER_GROUP,
+              most: int = WARM_MOST) -> list:
+    """From timed rows of related studies, the configs to try first: each (study, target, GPU, shape)'s
+    ``per_group`` best (:func:`fastest_first`), their firsts first, then their seconds, and so on;
+    only those the study's space holds and the budget lets launch on ``target``; at most ``most``."""
+    from tuner.pre_gpu_stages import budget_stage
+
+    groups: dict[tuple, list[Result]] = {}
+    for row in rows:
+        groups.setdefault((row.study, row.target, row.gpu, row.shape), []).append(row)
+    ranked = [fastest_first(group)[:per_group] for _, group in sorted(groups.items())]
+    chosen: dict[str, object] = {}
+    for rank in range(per_group):
+        for best in ranked:
+            if rank < len(best) and best[rank].config not in chosen and len(chosen) < most:
+                config = study.kernel.config_type.parse(best[rank].config)
+                if budget_stage(config, study, target) is None:
+                    chosen[best[rank].config] = config
+    return list(chosen.values())
+
+
+def warm_configs(store, study: Study, target: GpuSpec, gpu: str) -> tuple:
+    """The best configs the store holds for studies related to this one (the same kernel, pass and head
+    dims; another study, N, target or GPU), for a new Optuna study to try first (:func:`pick_warm`)."""
+    rows = store.timed_results(study.kernel_name, study.pass_, sorted({s.head_dim for s in study.shapes}))
+    return tuple(pick_warm([r for r in rows if (r.study, r.target, r.gpu) != (study.name, target.name, gpu)],
+                           study, target))
+
+
 def best_across_shapes(rows: list[Result]) -> str | None:
     """The config with the best :func:`scores` (None when no config was timed on every shape)."""
     overall = scores(rows)

@@ -256,10 +256,11 @@ class SearchSession:
         seed: the sampler's seed.
         trials: the study's total trial budget, counting earlier runs (ignored by grid).
         attrs: user attributes for the study (metric, target, GPU).
+        warm: configs a new study tries first (:func:`tuner.records.warm_configs`; not for the grid).
     """
 
     def __init__(self, url: str, name: str, sampler: str, space: SearchSpace, seed: int | None, trials: int | None,
-                 attrs: dict):
+                 attrs: dict, warm: tuple = ()):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.space, self.grid = space, sampler == "grid"
         self.config_type = space.kernel.config_type
@@ -271,6 +272,9 @@ class SearchSession:
             if self.study.user_attrs.get(key) != value:
                 self.study.set_user_attr(key, value)
         self.distributions = distributions(space, sampler)
+        if warm and not self.grid and not self.study.get_trials(deepcopy=False):
+            for config in warm:     # asked before anything the sampler proposes
+                self.study.enqueue_trial(space.trial_params(config, sampler == "tpe"), skip_if_exists=True)
         self.total = grid_size(space) if self.grid else (trials or 100)
         self.me = owner()
         self.heartbeat = Heartbeat(self.storage, HEARTBEAT[0])

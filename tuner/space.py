@@ -219,6 +219,19 @@ class SearchSpace:
         """The combinations the kernel can run at this head dim (its restriction)."""
         return [c for c in self.all_configs() if self.kernel.restriction(c, head_dim) is None]
 
+    def trial_params(self, config, tpe: bool) -> dict:
+        """Optuna's parameters for ``config``, the inverse of :func:`tuner.search.config_of`: the axes
+        Optuna is asked for (:meth:`Axis.asked`), in TPE's encoding under ``tpe``, else as values."""
+        params = {}
+        for axis in self.kernel.config_type.axes():
+            if axis.asked(self[axis.name]):
+                value = getattr(config, axis.name)
+                if not tpe:
+                    params[axis.name] = value
+                else:
+                    params[axis.tpe_param] = value.bit_length() - 1 if axis.tpe == LOG2 else value
+        return params
+
     def size(self) -> int:
         """Points of the product, restricted ones included."""
         count = 1

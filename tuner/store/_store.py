@@ -227,6 +227,14 @@ class Store:
 
         retrying(replace, _transient, pause_s=0.1)
 
+    def timed_results(self, kernel: str, pass_: str, head_dims) -> list[Result]:
+        """Timed rows of one kernel and pass at these head dims, of every study, target and GPU
+        (a warm start's source; rows without a kernel are the Triton forward's)."""
+        with self.session() as session:
+            rows = session.scalars(select(Result).where(Result.status == "timed", Result.ms.is_not(None),
+                                                        Result.head_dim.in_(list(head_dims))).order_by(Result.id))
+            return [r for r in rows if (r.kernel or "triton", r.pass_ or "fwd") == (kernel, pass_)]
+
     def config_rows(self, study: str, target: str, gpu: str, config: str) -> list[Result]:
         """The stored rows of one config (one per shape), e.g. written by another sweep."""
         with self.session() as session:
