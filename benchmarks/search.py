@@ -139,6 +139,9 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
         table = {r.config: (r.pct_flash / 100 if r.status == Status.TIMED and r.pct_flash else 0.0,
                             (r.check_s or 0.0) + (r.time_s or 0.0)) for r in shape_rows}
         valid = sum(1 for value, _ in table.values() if value > 0)
+        if not valid:
+            lines.append(f"| {label} | 0 (no timed row recorded) | | | | | | |")
+            continue
         best = max(value for value, _ in table.values())
         starts = [()] + ([_warm_for(db, study, target, label, rows[0].gpu)] if warm else [])
         for sampler in samplers:

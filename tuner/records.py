@@ -173,13 +173,15 @@ WARM_PER_GROUP, WARM_MOST = 3, 8
 def pick_warm(rows: list[Result], study: Study, target: GpuSpec, per_group: int = WARM_PER_GROUP,
               most: int = WARM_MOST) -> list:
     """From timed rows of related studies, the configs to try first: each (study, target, GPU, shape)'s
-    ``per_group`` best (:func:`fastest_first`), their firsts first, then their seconds, and so on;
+    ``per_group`` best (more where there are fewer than ``most / per_group`` groups; by
+    :func:`fastest_first`), their firsts first, then their seconds, and so on;
     only those the study's space holds and the budget lets launch on ``target``; at most ``most``."""
     from tuner.pre_gpu_stages import budget_stage
 
     groups: dict[tuple, list[Result]] = {}
     for row in rows:
         groups.setdefault((row.study, row.target, row.gpu, row.shape), []).append(row)
+    per_group = max(per_group, most // max(1, len(groups)))      # few related groups: deeper into each
     ranked = [fastest_first(group)[:per_group] for _, group in sorted(groups.items())]
     chosen: dict[str, object] = {}
     for rank in range(per_group):

@@ -255,7 +255,7 @@ class CompilePool:
 
     def start(self) -> None:
         """Spawn every worker now, each importing the compiler, without waiting: a spawned worker
-        takes seconds to import Triton (5.8 s for one worker and its first compile on the CPU of
+        takes seconds to import Triton (3.6 s for one worker on the loaded 2-core CPU of
         docs/results/2026-12-01-compile.md), which otherwise falls on the first batch's compiles."""
         executor = self._ensure_executor()
         with _without_interpreter():
