@@ -176,7 +176,8 @@ def speed(study_name: str, markdown: Path | None) -> int:
     env = environment()
     with tempfile.TemporaryDirectory() as scratch:
         try:
-            results = race(study_name, plain_study(study, Path(scratch) / "plain.toml"), shape, configs, scratch)
+            study_arg = str(Path(study_name).resolve()) if Path(study_name).is_file() else study_name  # cwd moves
+            results = race(study_arg, plain_study(study, Path(scratch) / "plain.toml"), shape, configs, scratch)
         except RuntimeError as failure:
             print(failure, file=sys.stderr)
             return 1

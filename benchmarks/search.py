@@ -1,6 +1,6 @@
 """``python -m benchmarks.search``: how fast the tuner finds a near-best config.
 
-    python -m benchmarks.search speed [--study autotune_race] [--markdown PATH]   # GPU
+    python -m benchmarks.search speed [--study autotune_race_200] [--markdown PATH]   # GPU
     python -m benchmarks.search quality --storage URL --study article --gpu sm_90 [--shape ...]
     python -m benchmarks.search stability --storage URL --study article --gpu sm_90 [--top 5] [--repeats 5]  # GPU
 
@@ -263,9 +263,9 @@ def main(argv=None) -> int:
                                             "--study article --gpu sm_90 --samplers tpe random --seeds 5")
     sub = parser.add_subparsers(dest="command", required=True)
     p_speed = sub.add_parser("speed", help="@triton.autotune vs the grid sweep, cold cache, one GPU run")
-    p_speed.add_argument("--study", default="autotune_race",
-                         help="the config list: autotune_race (200 configs on an H200, half TMA; default) or "
-                              "autotune_race_small (48), or any study file")
+    p_speed.add_argument("--study", default="autotune_race_200",
+                         help="the config list: autotune_race_200 (200 configs on an H200, half TMA; default), "
+                              "autotune_race_small (48), autotune_race (400), or any study file")
     p_speed.add_argument("--markdown", type=Path)
     p_quality = sub.add_parser("quality", help="trials each sampler needs to reach 2%% of a grid's best")
     p_quality.add_argument("--storage", help="a store holding the grid (or --recorded)")

@@ -14,7 +14,7 @@ STUDIES = Path(__file__).resolve().parent.parent / "studies"
 
 def test_the_lists_are_200_and_48_configs_on_an_h200_half_of_them_tma():
     h200 = GpuSpec.from_name("sm_90")
-    for name, size in (("autotune_race", 200), ("autotune_race_small", 48)):
+    for name, size in (("autotune_race_200", 200), ("autotune_race_small", 48)):
         study = load(str(STUDIES / f"{name}.toml"))
         shape = study.shapes[0]
         launchable = [c for c in study.configs() if budget.verdict(c, shape, h200, None).launchable]
@@ -33,7 +33,7 @@ def test_autotune_gets_the_knobs_as_the_emitted_list_writes_them():
 
 
 def test_the_race_without_knobs_is_the_same_tiles_with_every_knob_off(tmp_path):
-    study = load(str(STUDIES / "autotune_race.toml"))
+    study = load(str(STUDIES / "autotune_race_200.toml"))
     plain = load(race.plain_study(study, tmp_path / "plain.toml"))
     assert plain.shapes == study.shapes and plain.metric == study.metric and plain.timing == study.timing
     assert sorted(c.key for c in plain.configs()) == sorted(c.key for c in study.configs() if race.plain(c))
@@ -51,5 +51,5 @@ def test_speed_without_a_gpu_says_so(capsys):
 
     if torch.cuda.is_available():
         return
-    assert search.main(["speed", "--study", "autotune_race"]) == 1
+    assert search.main(["speed", "--study", str(STUDIES / "autotune_race_small.toml")]) == 1
     assert "needs a CUDA GPU" in capsys.readouterr().err
