@@ -34,6 +34,9 @@ stage() {
     bwdexplore) python3 -m benchmarks.bwd --explore --jobs 15 --json "$W/bwdexplore.json" \
                   --markdown "$W/bwdexplore.md" > "$W/bwdexplore.log" 2>&1; echo "bench_bwd rc=$?"
                 grep -vE "^\||^  precompile" "$W/bwdexplore.log" | tail -40; cat "$W/bwdexplore.md";;
+    bwdknobs) timeout 400 python3 -m benchmarks.bwd --knobs --jobs 15 --json "$W/bwdknobs.json" \
+                --markdown "$W/bwdknobs.md" > "$W/bwdknobs.log" 2>&1; echo "bench_bwd --knobs rc=$?"
+              grep -vE "^\||^  precompile" "$W/bwdknobs.log" | tail -45; cat "$W/bwdknobs.md";;
     bwdbench) python3 -m benchmarks.bwd --jobs 1 --json "$W/bwdbench.json" --markdown "$W/bwdbench.md" > "$W/bwdbench.log" 2>&1
               echo "bench_bwd rc=$?"; cat "$W/bwdbench.md";;
     bwdsweep) /usr/bin/time -f "bwdsweep wall %e s" timeout 220 python3 -m tuner.sweep --study hopper_bwd --gpu sm_90 \
@@ -47,7 +50,7 @@ stage() {
                grep -E "passed|failed|FAILED|ERROR|error" "$W/gputests2.log" | tail -25;;
     gluonbench) timeout 150 python3 -m benchmarks.gluon --markdown "$W/gluon.md" > "$W/gluonbench.log" 2>&1
                 echo "gluon bench rc=$?"; tail -25 "$W/gluonbench.log";;
-    gputests3) timeout 230 python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_backward.py tests/test_kernel.py \
+    gputests3) timeout 300 python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_backward.py tests/test_kernel.py \
                  > "$W/gputests3.log" 2>&1; echo "gputests3 rc=$?"
                grep -cE "PASSED" "$W/gputests3.log"; grep -E "FAILED|ERROR|passed|failed" "$W/gputests3.log" | tail -15
                grep -E "^E " "$W/gputests3.log" | head -8;;
