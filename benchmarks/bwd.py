@@ -67,11 +67,14 @@ def explore_q_configs(head_dim: int, base: BwdConfig) -> list[BwdConfig]:
 
 
 def knob_configs(head_dim: int, base: BwdConfig) -> list[BwdConfig]:
-    """``--knobs``: programs per SM of the dK/dV kernel x register caps on ``base``; at D=128 also
-    128-key tiles on 8 warps (two warpgroups share each query tile), capped and not."""
-    configs = [replace(base, persistent=p, maxnreg=r) for p in (0, 1, 2) for r in (None, 168, 192, 232)]
+    """``--knobs``: programs per SM of the dK/dV kernel x register caps on ``base``, the dQ pass
+    overlapped or not; at D=128 also 128-key tiles on 8 warps (two warpgroups share each query
+    tile), capped and not."""
+    configs = [replace(base, persistent=p, maxnreg=r, overlap=False) for p in (0, 1, 2) for r in (None, 168, 192, 232)]
+    if base.dq_mode == "pass":      # the dQ pass on a second stream, with and without a persistent dK/dV grid
+        configs += [replace(base, overlap=True, persistent=p) for p in (0, 2)]
     if head_dim == 128:
-        configs += [replace(base, block_n=128, num_warps=8, num_stages=s, maxnreg=r)
+        configs += [replace(base, block_n=128, num_warps=8, num_stages=s, maxnreg=r, overlap=False)
                     for s in (1, 2) for r in (None, 240)]
     return configs
 
@@ -237,7 +240,7 @@ def training_step(sets, problem: Problem, config: BwdConfig) -> dict:
 def _key(c: dict) -> str:
     return (f"{c['block_m']}x{c['block_n']}_q{c['block_m_q']}x{c['block_n_q']}_w{c['num_warps']}_s{c['num_stages']}"
             f"_{c['dq_mode']}" + "_tma" * bool(c["tma"]) + (f"_p{c['persistent']}" if c.get("persistent") else "")
-            + (f"_r{c['maxnreg']}" if c.get("maxnreg") else ""))
+            + (f"_r{c['maxnreg']}" if c.get("maxnreg") else "") + ("_ov" if c.get("overlap") else ""))
 
 
 def table(rows: list[dict], env: dict) -> str:
@@ -267,7 +270,8 @@ def knob_effects(rows: list[dict]) -> str:
              "dK/dV tiles (M x N)": lambda c: f"{c['block_m']}x{c['block_n']}",
              "dQ pass tiles": lambda c: f"{c['block_m_q']}x{c['block_n_q']}" if c["dq_mode"] == "pass" else None,
              "persistent (programs per SM)": lambda c: c.get("persistent") or 0,
-             "maxnreg": lambda c: c.get("maxnreg") or 0}
+             "maxnreg": lambda c: c.get("maxnreg") or 0,
+             "overlap (dQ pass on a second stream)": lambda c: "on" if c.get("overlap") else "off"}
     lines = ["| D | causal | knob | best time of each setting / best overall |", "|---|---|---|---|"]
     for r in rows:
         timed = [e for e in r["tried"] if "ms" in e]

@@ -57,7 +57,8 @@ def unit_constexprs(fn, head_dim: int, causal: bool, constexprs: dict) -> list[t
 
 # The H200 winners of ``python -m benchmarks.bwd --explore`` (bf16, B4 H8 N4096; each dK/dV
 # config with the dQ pass held fixed, then the dQ pass on the best of them; docs/results/
-# 2026-12-01-h200-backward.md), by (head dim, causal).
+# 2026-12-01-h200-backward.md), by (head dim, causal); the dQ pass overlapped with the dK/dV
+# kernel where ``benchmarks.bwd --knobs`` found it faster (D=128 causal, the same file).
 HOPPER_BWD = {
     (64, False): BwdConfig(block_m=32, block_n=64, num_warps=4, num_stages=3, block_m_q=128, block_n_q=64,
                            num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
@@ -66,7 +67,7 @@ HOPPER_BWD = {
     (128, False): BwdConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, block_m_q=128, block_n_q=64,
                             num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
     (128, True): BwdConfig(block_m=64, block_n=64, num_warps=4, num_stages=1, block_m_q=128, block_n_q=64,
-                           num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
+                           num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True, overlap=True),
 }
 
 
@@ -118,6 +119,10 @@ def check_bwd_config(config: BwdConfig) -> None:
         raise ValueError(f"maxnreg={cap!r} must be None or a multiple of 8 from 24 to 255 (registers per thread)")
     if not is_count(config.persistent, 0):
         raise ValueError(f"persistent={config.persistent!r} must be 0 (a program per tile) or programs per SM")
+    if config.overlap is not True and config.overlap is not False:
+        raise TypeError(f"overlap must be True or False; got {config.overlap!r}")
+    if config.overlap and config.dq_mode != "pass":
+        raise ValueError(f"overlap=True needs dq_mode='pass' (a second kernel to overlap); got {config.dq_mode!r}")
 
 
 def _check_like(t, name: str, like: torch.Tensor) -> None:
@@ -215,6 +220,8 @@ class BwdPlan:
                               _strides(do4), contiguous_q, contiguous_k, contiguous_k, _strides(o4))
         self.atomic = config.dq_mode != "pass"
         self.units = self._units(config, batch * heads, sm_count(q.device)) if batch * heads else []
+        # The interpreter has no streams; without keys there is no dK/dV kernel to overlap.
+        self.overlap = config.overlap and q.is_cuda and not interpreting() and len(self.units) == 3
 
     def _units(self, config: BwdConfig, bh: int, sms: int) -> list[_Unit]:
         shape = self.shape
@@ -251,9 +258,33 @@ class BwdPlan:
         # The "pass" kernels never touch dq_acc: any fp32 pointer will do (the same type keeps one binary).
         tensors["dq_acc"] = (torch.empty(bh * shape.n_q * shape.head_dim, dtype=torch.float32, device=q.device)
                              if self.atomic else tensors["delta"])
-        for unit in self.units:
-            unit(tensors)
+        if self.overlap:
+            _overlapped(self.units, tensors, q.device)
+        else:
+            for unit in self.units:
+                unit(tensors)
         return dq, dk, dv
+
+
+_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _overlapped(units: list[_Unit], tensors: dict, device: torch.device) -> None:
+    """The preprocess, then the dK/dV kernel on the caller's stream and the dQ pass on a side
+    stream, joined before returning: every tensor the side stream reads or writes was made on
+    the caller's stream, which waits for it before anything can free them. Works inside a
+    CUDA-graph capture too (the side stream forks from and joins the capturing one)."""
+    preprocess, kv, q_pass = units
+    main = torch.cuda.current_stream(device)
+    side = _SIDE_STREAMS.get(device.index)
+    if side is None:
+        side = _SIDE_STREAMS[device.index] = torch.cuda.Stream(device)
+    preprocess(tensors)
+    side.wait_stream(main)
+    kv(tensors)             # first: its programs take the SMs, the dQ pass's fill in behind them
+    with torch.cuda.stream(side):
+        q_pass(tensors)
+    main.wait_stream(side)
 
 
 def _plan_key(config, causal, tensors) -> tuple:
@@ -311,7 +342,8 @@ def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             ``num_stages``; ``block_m_q``, ``block_n_q``, ``num_warps_q``, ``num_stages_q`` (the
             dQ pass's; default those of the dK/dV kernel when it names them and no config is
             given); ``dq_mode`` ("pass", "atomic" or "tma"); ``tma`` (TMA loads of the tiles a
-            loop walks, sm_90+); ``maxnreg``; ``persistent``.
+            loop walks, sm_90+); ``maxnreg``; ``persistent``; ``overlap`` (the dQ pass on a second
+            stream beside the dK/dV kernel).
         dq, dk, dv: optional preallocated gradients (contiguous, like q, k and v); tests fill
             them with NaN so that an element the kernels never write shows up.
 

@@ -354,7 +354,10 @@ class BwdConfig:
     ``block_m``, ``block_n``, ``num_warps``, ``num_stages``: the dK/dV kernel's query tile, key
     tile and launch options; ``block_m_q``, ``block_n_q``, ``num_warps_q``, ``num_stages_q``:
     the dQ pass's (``dq_mode="pass"`` only). ``maxnreg`` (None: no cap) caps the registers of
-    both; ``persistent`` is the dK/dV kernel's programs per SM (0: one per key tile).
+    both; ``persistent`` is the dK/dV kernel's programs per SM (0: one per key tile);
+    ``overlap`` runs the dQ pass on a second CUDA stream beside the dK/dV kernel (both read
+    only what the preprocess wrote), so that each fills the SMs the other's last wave leaves
+    idle (``dq_mode="pass"`` only).
     """
 
     block_m: int = 64
@@ -369,6 +372,7 @@ class BwdConfig:
     tma: bool = False
     maxnreg: int | None = None
     persistent: int = 0
+    overlap: bool = False
 
     def _options(self, num_warps: int, num_stages: int) -> dict:
         options = dict(num_warps=num_warps, num_stages=num_stages, **COMPILE_OPTIONS)

@@ -29,12 +29,14 @@ stage() {
                 -k "not verdicts_hold" \
                 > "$W/gputests.log" 2>&1
               grep -E "passed|failed|error|graph .* do_bench|host µs|ncu " "$W/gputests.log" | tail -12;;
+    overlaptests) timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py -k "overlap or short_length" \
+                    > "$W/overlaptests.log" 2>&1; echo "overlaptests rc=$?"; tail -4 "$W/overlaptests.log";;
     bwdtests) timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py \
                 > "$W/bwdtests.log" 2>&1; tail -15 "$W/bwdtests.log";;
     bwdexplore) python3 -m benchmarks.bwd --explore --jobs 15 --json "$W/bwdexplore.json" \
                   --markdown "$W/bwdexplore.md" > "$W/bwdexplore.log" 2>&1; echo "bench_bwd rc=$?"
                 grep -vE "^\||^  precompile" "$W/bwdexplore.log" | tail -40; cat "$W/bwdexplore.md";;
-    bwdknobs) timeout 400 python3 -m benchmarks.bwd --knobs --jobs 15 --json "$W/bwdknobs.json" \
+    bwdknobs) timeout 400 python3 -m benchmarks.bwd --knobs --jobs 15 ${BWD_ARGS:-} --json "$W/bwdknobs.json" \
                 --markdown "$W/bwdknobs.md" > "$W/bwdknobs.log" 2>&1; echo "bench_bwd --knobs rc=$?"
               grep -vE "^\||^  precompile" "$W/bwdknobs.log" | tail -45; cat "$W/bwdknobs.md";;
     bwdbench) python3 -m benchmarks.bwd --jobs 1 --json "$W/bwdbench.json" --markdown "$W/bwdbench.md" > "$W/bwdbench.log" 2>&1
