@@ -11,6 +11,7 @@ few.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import torch
@@ -190,14 +191,17 @@ class _Unit:
         self.tail = tuple(value for _, value in constexprs)
         self.run = self.head = None
 
-    def __call__(self, tensors: dict[str, torch.Tensor]) -> None:
+    def __call__(self, tensors: dict[str, torch.Tensor], side: torch.cuda.Stream | None = None) -> None:
+        """Launch on the current stream, or on ``side``."""
         values = list(self.values)
         for slot in self.tensor_slots:
             values[slot] = tensors[values[slot]]
         if self.run is None or current_device() != tensors["q"].device.index or hooks_busy():
-            self._launch_jit(values)          # first call, another device current, or a profiler's hooks
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                self._launch_jit(values)      # first call, another device current, or a profiler's hooks
         else:
-            self.run(*self.grid, 1, current_stream(tensors["q"].device.index), *self.head, *values, *self.tail)
+            stream = side.cuda_stream if side is not None else current_stream(tensors["q"].device.index)
+            self.run(*self.grid, 1, stream, *self.head, *values, *self.tail)
 
     def _launch_jit(self, values: list) -> None:
         compiled = self.fn[self.grid](*values, **self.constexprs, **self.options)
@@ -222,6 +226,9 @@ class BwdPlan:
         self.units = self._units(config, batch * heads, sm_count(q.device)) if batch * heads else []
         # The interpreter has no streams; without keys there is no dK/dV kernel to overlap.
         self.overlap = config.overlap and q.is_cuda and not interpreting() and len(self.units) == 3
+        if self.overlap:     # this plan's own side stream and fork/join events, made once
+            self.side = _side_stream(q.device)
+            self.fork, self.join = torch.cuda.Event(), torch.cuda.Event()
 
     def _units(self, config: BwdConfig, bh: int, sms: int) -> list[_Unit]:
         shape = self.shape
@@ -259,32 +266,37 @@ class BwdPlan:
         tensors["dq_acc"] = (torch.empty(bh * shape.n_q * shape.head_dim, dtype=torch.float32, device=q.device)
                              if self.atomic else tensors["delta"])
         if self.overlap:
-            _overlapped(self.units, tensors, q.device)
+            self._overlapped(tensors, q.device)
         else:
             for unit in self.units:
                 unit(tensors)
         return dq, dk, dv
 
+    def _overlapped(self, tensors: dict, device: torch.device) -> None:
+        """The preprocess, then the dK/dV kernel on the caller's stream and the dQ pass on the side
+        stream, joined before returning: every tensor the side stream reads or writes was made on
+        the caller's stream, which waits for it before anything can free them. Works inside a
+        CUDA-graph capture too (the side stream forks from and joins the capturing one)."""
+        preprocess, kv, q_pass = self.units
+        main = torch.cuda.current_stream(device)
+        preprocess(tensors)
+        self.fork.record(main)
+        self.side.wait_event(self.fork)
+        kv(tensors)         # first: its programs take the SMs, the dQ pass's fill in behind them
+        q_pass(tensors, self.side)
+        self.join.record(self.side)
+        main.wait_event(self.join)
+
 
 _SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
-def _overlapped(units: list[_Unit], tensors: dict, device: torch.device) -> None:
-    """The preprocess, then the dK/dV kernel on the caller's stream and the dQ pass on a side
-    stream, joined before returning: every tensor the side stream reads or writes was made on
-    the caller's stream, which waits for it before anything can free them. Works inside a
-    CUDA-graph capture too (the side stream forks from and joins the capturing one)."""
-    preprocess, kv, q_pass = units
-    main = torch.cuda.current_stream(device)
-    side = _SIDE_STREAMS.get(device.index)
-    if side is None:
-        side = _SIDE_STREAMS[device.index] = torch.cuda.Stream(device)
-    preprocess(tensors)
-    side.wait_stream(main)
-    kv(tensors)             # first: its programs take the SMs, the dQ pass's fill in behind them
-    with torch.cuda.stream(side):
-        q_pass(tensors)
-    main.wait_stream(side)
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One side stream per device for every overlapped plan (the kernels on it are joined each call)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(index)
+    return _SIDE_STREAMS[index]
 
 
 def _plan_key(config, causal, tensors) -> tuple:
