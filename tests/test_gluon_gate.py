@@ -119,11 +119,14 @@ def test_the_benchmark_checks_and_tabulates():
     assert "out rel err" in check_against_sdpa(sdpa * 1.1, lse, (sdpa, 1e-3, lse))
     assert "lse differs" in check_against_sdpa(sdpa, lse + 0.01, (sdpa, 1e-3, lse))
     assert "NaN" in check_against_sdpa(sdpa * float("nan"), lse, (sdpa, 1e-3, lse))
-    row = dict(D=64, causal=True, ms=dict(triton=2.0, sdpa_flash=3.0, sdpa_cudnn=1.0, ws=1.0), notes=dict(
-        pipelined="CompilationError: boom"), tflops=dict(ws=400.0))
-    text = table([row], ["pipelined", "ws"], "GPU: test")
-    assert "| 64 | yes | ws | 1.0000 | 400 | 2.00 | 3.00 | 1.00 |  |" in text
-    assert "| 64 | yes | pipelined | n/a | 0 | n/a | n/a | n/a | CompilationError: boom |" in text
+    row = dict(D=64, causal=True, ms=dict(triton=2.0, default=2.5, sdpa_flash=3.0, sdpa_cudnn=1.0, ws=1.0), notes=dict(
+        pipelined="CompilationError: boom"), tflops=dict(ws=400.0, default=160.0))
+    wide = dict(row, D=128, shape=dict(batch=1, heads=8, n=16384))
+    text = table([row, wide], ["pipelined", "ws"], "GPU: test")
+    assert "| B4 H8 N4096 | 64 | yes | ws | 1.0000 | 400 | 2.00 | 3.00 | 1.00 |  |" in text
+    assert "| B4 H8 N4096 | 64 | yes | pipelined | n/a | 0 | n/a | n/a | n/a | CompilationError: boom |" in text
+    assert "| B4 H8 N4096 | 64 | yes | default | 2.5000 | 160 | 0.80 | 1.20 | 0.40 |  |" in text
+    assert "| B1 H8 N16384 | 128 | yes | ws | 1.0000 |" in text
 
 
 def test_every_benchmark_candidate_is_a_valid_config():
