@@ -170,6 +170,26 @@ def _baselines(row: dict, sets: list[tuple], head_dim: int, causal: bool) -> Non
             row["notes"][name] = _first_line(exc)
 
 
+HOST_N = 512        # a length at which the GPU keeps up with the host, so host µs show
+
+
+def host_costs(head_dim: int, causal: bool) -> dict:
+    """Host µs per call at B4 H8 N=512: the default call (routed), the Triton kernel named, SDPA-cuDNN."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernel import default_config
+    from kernel.timing import host_us
+
+    q, k, v, out, lse = make_sets(SHAPE["batch"], SHAPE["heads"], HOST_N, head_dim, torch.bfloat16)[0]
+    costs = {name: host_us(call) for name, call in (
+        ("default", set_calls([(q, k, v, out, lse)], causal, {})[0]),
+        ("triton", set_calls([(q, k, v, out, lse)], causal, default_config(head_dim, causal))[0]))}
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        costs["sdpa_cudnn"] = host_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    return costs
+
+
 def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shape: dict = SHAPE) -> dict:
     """Times of every variant, flash_attn_fwd and SDPA on one shape; failures as notes."""
     from kernel.timing import attention_flops, time_sdpa
@@ -197,6 +217,8 @@ def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shap
             _settle()
             row["notes"][name] = _first_line(exc)
             print(f"  D={head_dim} causal={causal} {name}: skipped, {row['notes'][name]}", file=sys.stderr)
+    if shape == SHAPE:
+        row["host_us"] = host_costs(head_dim, causal)
     flops = attention_flops(shape["batch"], shape["heads"], shape["n"], shape["n"], head_dim, causal)
     row["tflops"] = {name: flops / ms * 1e-9 for name, ms in row["ms"].items() if ms}
     return row
@@ -226,6 +248,9 @@ def table(rows, variants, env_line: str) -> str:
     lines += ["", "Baselines (ms): " + "; ".join(
         f"D{r['D']}{' causal' if r['causal'] else ''}: " + ", ".join(
             f"{name} {ms:.4f}" for name, ms in r["ms"].items() if name not in variants and ms) for r in rows)]
+    lines += ["", f"Host µs per call at B4 H8 N{HOST_N}: " + "; ".join(
+        f"D{r['D']}{' causal' if r['causal'] else ''}: " + ", ".join(
+            f"{name} {us:.1f}" for name, us in r["host_us"].items()) for r in rows if r.get("host_us"))]
     return "\n".join(lines)
 
 
