@@ -7,13 +7,14 @@ Public API:
     default_variant(head_dim, causal, device=None) -> "ws" or None   (the Gluon kernel a default call runs)
 
 Modules: ``flash_fwd`` (the forward kernel, its arguments, knob table and entry point),
-``flash_bwd`` (the backward's kernels and config), ``bwd_launch`` (its launcher, launch plans and
-the autograd op), ``launch`` (the forward's launch plans), ``checks``
+``flash_bwd`` (the backward's kernels and config), ``bwd_launch`` (its launcher and launch plans),
+``autograd`` (the autograd op), ``launch`` (the forward's launch plans), ``checks``
 (the inputs the launchers accept), ``reference`` (references and the accuracy rule),
 ``timing`` (stopwatches and interleaved rounds), ``autotuned`` (under ``@triton.autotune``).
 """
 
-from kernel.bwd_launch import FlashAttention, default_bwd_config, flash_attention, flash_attn_bwd
+from kernel.autograd import FlashAttention, flash_attention
+from kernel.bwd_launch import default_bwd_config, flash_attn_bwd
 from kernel.checks import DTYPES, HEAD_DIMS, check_inputs
 from kernel.flash_bwd import BwdConfig
 from kernel.flash_fwd import (
