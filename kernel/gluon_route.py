@@ -20,13 +20,19 @@ import torch
 from kernel.gluon_checks import check_outputs, check_shapes, tma_strides
 from kernel.launch import interpreting
 
-__all__ = ["GLUON_ROUTES", "GluonPlan", "default_variant", "gluon_plan", "refusal", "route_reason"]
+__all__ = ["GLUON_ROUTES", "ROUTE_MIN_FLOPS", "GluonPlan", "attention_work", "default_variant", "gluon_plan", "refusal", "route_reason"]
 
 # (head dim, causal) -> the Gluon variant a default call runs on sm_90 with Triton 3.6; a pair not
 # here runs the Triton kernel. On the H200 (bf16, B4 H8 N4096, docs/results/2026-12-01-h200-gluon.md)
 # "ws" ran at 1.19x / 1.12x the Triton kernel's default at D=128 (non-causal / causal) and at 0.99x /
 # 1.03x at D=64, a tie: D=64 stays on the Triton kernel until a measurement says otherwise.
 GLUON_ROUTES: dict[tuple[int, bool], str] = {(128, False): "ws", (128, True): "ws"}
+
+# A routed call costs 164-252 µs of host time on the H200 (the Gluon JIT's own launch path with its
+# tensor descriptors), the Triton kernel's launch plan 17-26 µs (B4 H8 N512 D128, benchmarks.gluon,
+# docs/results/2026-12-01-h200-gluon.md). Below this much work (4·B·H·N_q·N_k·D FLOPs, halved when
+# causal: about 0.3 ms of GPU time) an eager call would wait on the host, so the Triton kernel runs.
+ROUTE_MIN_FLOPS = 2e11
 
 
 def route_reason(device: torch.device) -> str | None:
@@ -90,7 +96,15 @@ def default_variant(head_dim: int, causal: bool = False, device=None) -> str | N
 def gluon_plan(q, k, v, causal, out=None, lse=None) -> GluonPlan | None:
     """The Gluon plan for a default call where :data:`GLUON_ROUTES` and this machine say so, else None
     (the caller runs the Triton kernel). Called after the Triton launcher's own input checks."""
+    if attention_work(q, k, causal) < ROUTE_MIN_FLOPS:
+        return None
     variant = default_variant(q.shape[-1], causal, q.device)
     if variant is None or refusal(q, k, v, causal, out, lse) is not None:
         return None
     return GluonPlan(variant, bool(causal))
+
+
+def attention_work(q, k, causal: bool) -> float:
+    """The forward's FLOPs, 4·B·H·N_q·N_k·D, halved when causal (what :data:`ROUTE_MIN_FLOPS` bounds)."""
+    flops = 4.0 * q.numel() * k.shape[-2]
+    return flops / 2 if causal else flops

@@ -92,8 +92,22 @@ def routed(monkeypatch) -> list:
                 torch.zeros(q.shape[:-1]) if lse is None else lse)
 
     monkeypatch.setattr(route, "route_reason", lambda device: None)
+    monkeypatch.setattr(route, "ROUTE_MIN_FLOPS", 0)
     monkeypatch.setattr(gluon_module, "flash_attn_fwd_gluon", record)
     return calls
+
+
+def test_a_call_with_less_work_than_the_host_costs_keeps_triton(routed, monkeypatch):
+    """Below ROUTE_MIN_FLOPS (the Gluon launch's host cost) the Triton kernel runs; at it, Gluon."""
+    q, k, v = (torch.randn(1, 2, 64, 128, dtype=torch.float16) for _ in range(3))
+    assert route.attention_work(q, k, False) == 4 * 2 * 64 * 64 * 128
+    assert route.attention_work(q, k, True) == 2 * 2 * 64 * 64 * 128
+    monkeypatch.setattr(route, "ROUTE_MIN_FLOPS", route.attention_work(q, k, False))
+    kernel.flash_attn_fwd(q, k, v, True)           # half the work: below the bound
+    assert routed == []
+    kernel.flash_attn_fwd(q, k, v, False)
+    assert routed == [((1, 2, 64, 128), False, "ws")]
+    assert route.ROUTE_MIN_FLOPS > 0
 
 
 @pytest.mark.parametrize("head_dim", [16, 32, 64, 128, 256])
@@ -191,6 +205,7 @@ def spied(monkeypatch) -> list:
         return real(*args, **kwargs)
 
     monkeypatch.setattr(gluon_module, "flash_attn_fwd_gluon", spy)
+    monkeypatch.setattr(route, "ROUTE_MIN_FLOPS", 0)       # the small shapes here take the route too
     return calls
 
 
