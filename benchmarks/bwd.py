@@ -2,6 +2,7 @@
 
     python -m benchmarks.bwd                              # the default config, B4 H8 N4096, D 64 and 128
     python -m benchmarks.bwd --explore --jobs 14 --json out.json --markdown out.md
+    python -m benchmarks.bwd --knobs --jobs 14          # persistent grids and maxnreg on the defaults
 
 Ours is :func:`kernel.flash_attn_bwd` (delta, the dK/dV kernel and dQ, from the forward's
 ``out`` and ``lse``); SDPA's is ``torch.autograd.grad`` of SDPA's forward, kept for the
@@ -9,8 +10,10 @@ purpose, so both exclude the forward. GPU times come from CUDA-graph replays ove
 sets that do not fit in L2 (:mod:`kernel.timing`). TFLOP/s counts 2.5x the forward's
 FLOPs. ``--explore`` times a grid of configs per shape (compiled first on ``--jobs``
 processes), each checked against a float32 reference within 3x SDPA-flash's own error
-before it is timed; ``fwd+bwd`` times the default forward then the backward against
-SDPA's forward and backward.
+before it is timed; ``--knobs`` does the same for the two knobs the explorations left out
+(persistent grids, ``maxnreg``) and wider dK/dV tiles at D=128, on each shape's default.
+``fwd+bwd`` times the default forward then the backward against SDPA's forward and backward.
+Every shape also gets its best config's time per kernel (``torch.profiler``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,41 @@ def explore_q_configs(head_dim: int, base: BwdConfig) -> list[BwdConfig]:
     return [replace(base, block_m_q=bm, block_n_q=bn, num_warps_q=warps, num_stages_q=stages)
             for bm, bn, warps, stages in itertools.product(TILES_Q, TILES_Q, WARPS, STAGES)
             if _fits(bm, bn, head_dim, 1, warps)]
+
+
+def knob_configs(head_dim: int, base: BwdConfig) -> list[BwdConfig]:
+    """``--knobs``: programs per SM of the dK/dV kernel x register caps on ``base``, the dQ pass
+    overlapped or not; at D=128 also 128-key tiles on 8 warps (two warpgroups share each query
+    tile), capped and not."""
+    configs = [replace(base, persistent=p, maxnreg=r, overlap=False) for p in (0, 1, 2) for r in (None, 168, 192, 232)]
+    if base.dq_mode == "pass":      # the dQ pass on a second stream, with and without a persistent dK/dV grid
+        configs += [replace(base, overlap=True, persistent=p) for p in (0, 2)]
+    if head_dim == 128:
+        configs += [replace(base, block_n=128, num_warps=8, num_stages=s, maxnreg=r, overlap=False)
+                    for s in (1, 2) for r in (None, 240)]
+    return configs
+
+
+def kernel_breakdown(sets, problem: Problem, config: BwdConfig, repeats: int = 5) -> dict[str, float]:
+    """GPU ms per call of each kernel one backward launches, from ``torch.profiler`` (CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    calls = our_calls(sets, problem, config)
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            for call in calls:
+                call()
+        torch.cuda.synchronize()
+    per_call = repeats * len(calls)
+    times: dict[str, float] = {}
+    for event in prof.key_averages():
+        total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if total and event.key.startswith("bwd_"):
+            times[event.key.split("_kernel")[0]] = total / per_call / 1000.0
+    return times
 
 
 def _problem(batch: int, heads: int, n: int, head_dim: int, causal: bool) -> Problem:
@@ -165,6 +203,7 @@ def bench_shape(batch, heads, n, head_dim, causal, first: list[BwdConfig], secon
         best = min(timed, key=lambda e: e["ms"])
         row.update(best=best["config"], ours_ms=best["ms"], ours_tflops=best["tflops"])
         row.update(training_step(sets, problem, BwdConfig(**best["config"])))
+        row["kernels_ms"] = kernel_breakdown(sets, problem, BwdConfig(**best["config"]))
     for backend in ("flash", "cudnn"):
         ms = row[f"{backend}_ms"]
         row[f"{backend}_tflops"] = flops / ms * 1e-9 if ms else None
@@ -200,7 +239,8 @@ def training_step(sets, problem: Problem, config: BwdConfig) -> dict:
 
 def _key(c: dict) -> str:
     return (f"{c['block_m']}x{c['block_n']}_q{c['block_m_q']}x{c['block_n_q']}_w{c['num_warps']}_s{c['num_stages']}"
-            f"_{c['dq_mode']}" + "_tma" * bool(c["tma"]) + (f"_p{c['persistent']}" if c.get("persistent") else ""))
+            f"_{c['dq_mode']}" + "_tma" * bool(c["tma"]) + (f"_p{c['persistent']}" if c.get("persistent") else "")
+            + (f"_r{c['maxnreg']}" if c.get("maxnreg") else "") + ("_ov" if c.get("overlap") else ""))
 
 
 def table(rows: list[dict], env: dict) -> str:
@@ -228,7 +268,10 @@ def knob_effects(rows: list[dict]) -> str:
     knobs = {"dq_mode": lambda c: c["dq_mode"], "TMA loads": lambda c: "on" if c["tma"] else "off",
              "dK/dV warps": lambda c: c["num_warps"], "dK/dV stages": lambda c: c["num_stages"],
              "dK/dV tiles (M x N)": lambda c: f"{c['block_m']}x{c['block_n']}",
-             "dQ pass tiles": lambda c: f"{c['block_m_q']}x{c['block_n_q']}" if c["dq_mode"] == "pass" else None}
+             "dQ pass tiles": lambda c: f"{c['block_m_q']}x{c['block_n_q']}" if c["dq_mode"] == "pass" else None,
+             "persistent (programs per SM)": lambda c: c.get("persistent") or 0,
+             "maxnreg": lambda c: c.get("maxnreg") or 0,
+             "overlap (dQ pass on a second stream)": lambda c: "on" if c.get("overlap") else "off"}
     lines = ["| D | causal | knob | best time of each setting / best overall |", "|---|---|---|---|"]
     for r in rows:
         timed = [e for e in r["tried"] if "ms" in e]
@@ -255,6 +298,8 @@ def main(argv=None) -> int:
     parser.add_argument("--head-dim", type=int, action="append", help="64 and 128 by default (repeatable)")
     parser.add_argument("--n", type=int, default=4096, help="sequence length (default 4096)")
     parser.add_argument("--explore", action="store_true", help="time a grid of configs per shape, not the default")
+    parser.add_argument("--knobs", action="store_true",
+                        help="time persistent grids and maxnreg (and 128-key tiles at D=128) on the defaults")
     parser.add_argument("--host-n", type=int, default=512, help="length at which host µs per call are measured")
     parser.add_argument("--jobs", type=int, default=8, help="processes that compile the grid first (default 8)")
     parser.add_argument("--json", help="write every row (every config tried) here")
@@ -270,10 +315,11 @@ def main(argv=None) -> int:
     hopper = major == 9
     cases = [(d, c) for d in (args.head_dim or [64, 128]) for c in (False, True)]
     defaults = {(d, c): default_bwd_config(d, c, 10 * major + minor) for d, c in cases}
-    plans = {key: explore_kv_configs(key[0], hopper, base) if args.explore else [base]
-             for key, base in defaults.items()}
-    if args.explore and args.jobs > 1:
-        precompile(args.jobs, [(d, c, plans[(d, c)] + explore_q_configs(d, defaults[(d, c)])) for d, c in cases])
+    plans = {key: explore_kv_configs(key[0], hopper, base) if args.explore else
+             knob_configs(key[0], base) if args.knobs else [base] for key, base in defaults.items()}
+    if (args.explore or args.knobs) and args.jobs > 1:
+        precompile(args.jobs, [(d, c, plans[(d, c)] + (explore_q_configs(d, defaults[(d, c)]) if args.explore else []))
+                               for d, c in cases])
     env = environment()
     warm_gpu()
     rows = []
@@ -286,10 +332,11 @@ def main(argv=None) -> int:
         print(f"D={d} causal={c}: best {_key(r['best']) if r.get('best') else 'none'} "
               f"{fmt(r.get('ours_tflops'), '.0f')} TFLOP/s, x flash {fmt(r['vs_flash'], '.2f')}, "
               f"x cuDNN {fmt(r['vs_cudnn'], '.2f')}", flush=True)
+        print("   per kernel (ms): " + ", ".join(f"{k} {v:.4f}" for k, v in r.get("kernels_ms", {}).items()))
         for entry in sorted(r["tried"], key=lambda e: e.get("ms", 1e9))[:6]:
             print(f"   {_key(entry['config'])}: {fmt(entry.get('ms'), '.4f')} ms {entry.get('failed', '')}",
                   flush=True)
-    text = table(rows, env) + ("\n\n" + knob_effects(rows) if args.explore else "")
+    text = table(rows, env) + ("\n\n" + knob_effects(rows) if args.explore or args.knobs else "")
     print(text)
     if args.markdown:
         with open(args.markdown, "w") as handle:

@@ -4,9 +4,13 @@
     python -m benchmarks.gluon --head-dim 128 --variant ws --markdown docs/results/x.md
     python -m benchmarks.gluon --ablation            # and each variant with one piece taken away
     python -m benchmarks.gluon --smoke --variant ws  # first contact: a few small checked calls
+    python -m benchmarks.gluon --variant ws --wide   # and the issue's long shapes (WIDE_CASES)
 
 Times come from :func:`kernel.timing.gpu_time` (CUDA-graph replay over input sets that do
-not fit in L2, as ``kernel.bench``). Before a variant is timed its output is checked against
+not fit in L2, as ``kernel.bench``). Baselines in the same run: the Triton kernel at its
+default config (``triton``, named explicitly), the default call ``flash_attn_fwd(q, k, v,
+causal)`` (``default``: the Gluon kernel where ``kernel.gluon_route`` routes it), SDPA's
+flash and cuDNN backends. Before a variant is timed its output is checked against
 SDPA on the same inputs; a variant that fails to compile, raises or is wrong is reported
 with the first line of its error and skipped, and the run goes on. Exits 2 without a GPU.
 """
@@ -23,6 +27,8 @@ import torch
 from kernel.flash_fwd_gluon import VARIANTS, default_gluon_config, flash_attn_fwd_gluon, gluon_support
 
 SHAPE = dict(batch=4, heads=8, n=4096)
+# The issue's other shapes (B, H, N, D, causal), timed with --wide after the B4 H8 N4096 ones.
+WIDE_CASES = [(1, 8, 16384, 64, False), (1, 8, 16384, 128, True), (2, 16, 8192, 128, True)]
 # What each piece buys: the variants' defaults, then each with one piece taken away (--ablation).
 CANDIDATES = {
     "pipelined": ("pipelined", {}),
@@ -66,7 +72,7 @@ def _reference(q, k, v, causal):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from kernel import flash_attn_fwd
+    from kernel import default_config, flash_attn_fwd
     from kernel.reference import rel_err
 
     outs = []
@@ -79,7 +85,8 @@ def _reference(q, k, v, causal):
     if not outs:
         outs.append(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
     spread = rel_err(outs[0], outs[-1]) if len(outs) > 1 else 0.0
-    return outs[0], spread, flash_attn_fwd(q, k, v, causal)[1]
+    # The Triton kernel's lse, by an explicit config: the default call may be the Gluon kernel itself.
+    return outs[0], spread, flash_attn_fwd(q, k, v, causal, **default_config(q.shape[-1], causal))[1]
 
 
 # (D, causal, B, H or 0 for [B, N, D], N_q, N_k, knobs): small calls that reach every code path
@@ -146,23 +153,51 @@ def make_sets(batch: int, heads: int, n: int, head_dim: int, dtype) -> list[tupl
 
 
 def set_calls(sets: list[tuple], causal: bool, config: dict) -> list:
-    """One call of :func:`kernel.flash_attn_fwd` (``config``: its keywords; empty: its defaults) per set."""
+    """One call of :func:`kernel.flash_attn_fwd` (``config``: its keywords; empty: the default call) per set."""
     from kernel import flash_attn_fwd
 
     return [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], causal, **config, out=s[3], lse=s[4]) for s in sets]
 
 
-def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16) -> dict:
+def _baselines(row: dict, sets: list[tuple], head_dim: int, causal: bool) -> None:
+    """The Triton kernel at its default config (named, so the route cannot take it) and the default call."""
+    from kernel import default_config
+
+    for name, config in (("triton", default_config(head_dim, causal)), ("default", {})):
+        try:
+            row["ms"][name] = _time(set_calls(sets, causal, config))
+        except Exception as exc:  # the baseline missing leaves its ratio n/a, not the run dead
+            row["notes"][name] = _first_line(exc)
+
+
+HOST_N = 512        # a length at which the GPU keeps up with the host, so host µs show
+
+
+def host_costs(head_dim: int, causal: bool) -> dict:
+    """Host µs per call at B4 H8 N=512: the default call (routed), the Triton kernel named, SDPA-cuDNN."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernel import default_config
+    from kernel.timing import host_us
+
+    q, k, v, out, lse = make_sets(SHAPE["batch"], SHAPE["heads"], HOST_N, head_dim, torch.bfloat16)[0]
+    costs = {name: host_us(call) for name, call in (
+        ("default", set_calls([(q, k, v, out, lse)], causal, {})[0]),
+        ("triton", set_calls([(q, k, v, out, lse)], causal, default_config(head_dim, causal))[0]))}
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        costs["sdpa_cudnn"] = host_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    return costs
+
+
+def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shape: dict = SHAPE) -> dict:
     """Times of every variant, flash_attn_fwd and SDPA on one shape; failures as notes."""
     from kernel.timing import attention_flops, time_sdpa
 
-    sets = make_sets(SHAPE["batch"], SHAPE["heads"], SHAPE["n"], head_dim, dtype)
+    sets = make_sets(shape["batch"], shape["heads"], shape["n"], head_dim, dtype)
     reference = _reference(*sets[0][:3], causal)
-    row = dict(D=head_dim, causal=causal, ms={}, notes={})
-    try:
-        row["ms"]["triton"] = _time(set_calls(sets, causal, {}))
-    except Exception as exc:  # the baseline missing leaves its ratio n/a, not the run dead
-        row["notes"]["triton"] = _first_line(exc)
+    row = dict(D=head_dim, causal=causal, ms={}, notes={}, shape=dict(shape))
+    _baselines(row, sets, head_dim, causal)
     for name, result in time_sdpa([s[:3] for s in sets], causal, host=False).items():
         row["ms"][f"sdpa_{name}"] = result["ms"]
     for name in variants:
@@ -182,7 +217,9 @@ def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16) -> d
             _settle()
             row["notes"][name] = _first_line(exc)
             print(f"  D={head_dim} causal={causal} {name}: skipped, {row['notes'][name]}", file=sys.stderr)
-    flops = attention_flops(SHAPE["batch"], SHAPE["heads"], SHAPE["n"], SHAPE["n"], head_dim, causal)
+    if shape == SHAPE:
+        row["host_us"] = host_costs(head_dim, causal)
+    flops = attention_flops(shape["batch"], shape["heads"], shape["n"], shape["n"], head_dim, causal)
     row["tflops"] = {name: flops / ms * 1e-9 for name, ms in row["ms"].items() if ms}
     return row
 
@@ -194,21 +231,26 @@ def _ratio(row, ours, other) -> str:
 
 def table(rows, variants, env_line: str) -> str:
     """Markdown: per shape and variant, TFLOP/s and the speed ratio to each baseline (> 1: faster)."""
-    lines = [env_line, "", f"B{SHAPE['batch']} H{SHAPE['heads']} N{SHAPE['n']} bf16; ratio = baseline time / "
-             "variant time (above 1: the Gluon variant is faster).", "",
-             "| D | causal | variant | ms | TFLOP/s | x flash_attn_fwd | x SDPA-flash | x SDPA-cuDNN | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [env_line, "", "bf16; ratio = baseline time / variant time (above 1: the variant is faster); "
+             "x flash_attn_fwd: the Triton kernel at its default config; default: the default call.", "",
+             "| shape | D | causal | variant | ms | TFLOP/s | x flash_attn_fwd | x SDPA-flash | x SDPA-cuDNN | note |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        for variant in variants:
+        shape = row.get("shape", SHAPE)
+        for variant in [*variants, "default"]:
             ms = row["ms"].get(variant)
             lines.append(
-                f"| {row['D']} | {'yes' if row['causal'] else 'no'} | {variant} | "
+                f"| B{shape['batch']} H{shape['heads']} N{shape['n']} | {row['D']} | "
+                f"{'yes' if row['causal'] else 'no'} | {variant} | "
                 f"{f'{ms:.4f}' if ms else 'n/a'} | {row['tflops'].get(variant, 0):.0f} | "
                 f"{_ratio(row, variant, 'triton')} | {_ratio(row, variant, 'sdpa_flash')} | "
                 f"{_ratio(row, variant, 'sdpa_cudnn')} | {row['notes'].get(variant, '')} |")
     lines += ["", "Baselines (ms): " + "; ".join(
         f"D{r['D']}{' causal' if r['causal'] else ''}: " + ", ".join(
             f"{name} {ms:.4f}" for name, ms in r["ms"].items() if name not in variants and ms) for r in rows)]
+    lines += ["", f"Host µs per call at B4 H8 N{HOST_N}: " + "; ".join(
+        f"D{r['D']}{' causal' if r['causal'] else ''}: " + ", ".join(
+            f"{name} {us:.1f}" for name, us in r["host_us"].items()) for r in rows if r.get("host_us"))]
     return "\n".join(lines)
 
 
@@ -221,6 +263,7 @@ def main(argv=None) -> int:
     parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
     parser.add_argument("--markdown", help="also write the table here")
     parser.add_argument("--smoke", action="store_true", help="only a few small checked calls per variant (JSON lines)")
+    parser.add_argument("--wide", action="store_true", help="also the issue's long shapes (B1 H8 N16384, B2 H16 N8192)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("python -m benchmarks.gluon needs a CUDA GPU (an sm_90 H100/H200 with Triton 3.6): it times the "
@@ -240,11 +283,12 @@ def main(argv=None) -> int:
     env = environment()
     warm_gpu()
     rows = []
-    for head_dim in args.head_dim or [64, 128]:
-        for causal in causals:
-            rows.append(bench_case(head_dim, causal, variants))
-            print(f"D={head_dim} causal={causal}: " + ", ".join(f"{k} {v:.4f} ms" for k, v in rows[-1]["ms"].items()
-                                                                 if v), flush=True)
+    cases = [(d, c, SHAPE) for d in args.head_dim or [64, 128] for c in causals]
+    cases += [(d, c, dict(batch=b, heads=h, n=n)) for b, h, n, d, c in WIDE_CASES] if args.wide else []
+    for head_dim, causal, shape in cases:
+        rows.append(bench_case(head_dim, causal, variants, shape=shape))
+        print(f"{shape} D={head_dim} causal={causal}: " + ", ".join(
+            f"{k} {v:.4f} ms" for k, v in rows[-1]["ms"].items() if v), flush=True)
     text = table(rows, variants, environment_line(env))
     print(text)
     if args.markdown:

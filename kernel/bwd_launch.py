@@ -11,6 +11,7 @@ few.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import torch
@@ -27,7 +28,6 @@ from kernel.flash_bwd import (
     preprocess_arguments,
     q_arguments,
 )
-from kernel.flash_fwd import flash_attn_fwd
 from kernel.launch import (
     cached_plan,
     current_device,
@@ -57,7 +57,8 @@ def unit_constexprs(fn, head_dim: int, causal: bool, constexprs: dict) -> list[t
 
 # The H200 winners of ``python -m benchmarks.bwd --explore`` (bf16, B4 H8 N4096; each dK/dV
 # config with the dQ pass held fixed, then the dQ pass on the best of them; docs/results/
-# 2026-12-01-h200-backward.md), by (head dim, causal).
+# 2026-12-01-h200-backward.md), by (head dim, causal); the dQ pass overlapped with the dK/dV
+# kernel where ``benchmarks.bwd --knobs`` found it faster (D=128 causal, the same file).
 HOPPER_BWD = {
     (64, False): BwdConfig(block_m=32, block_n=64, num_warps=4, num_stages=3, block_m_q=128, block_n_q=64,
                            num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
@@ -66,7 +67,7 @@ HOPPER_BWD = {
     (128, False): BwdConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, block_m_q=128, block_n_q=64,
                             num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
     (128, True): BwdConfig(block_m=64, block_n=64, num_warps=4, num_stages=1, block_m_q=128, block_n_q=64,
-                           num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
+                           num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True, overlap=True),
 }
 
 
@@ -118,6 +119,10 @@ def check_bwd_config(config: BwdConfig) -> None:
         raise ValueError(f"maxnreg={cap!r} must be None or a multiple of 8 from 24 to 255 (registers per thread)")
     if not is_count(config.persistent, 0):
         raise ValueError(f"persistent={config.persistent!r} must be 0 (a program per tile) or programs per SM")
+    if config.overlap is not True and config.overlap is not False:
+        raise TypeError(f"overlap must be True or False; got {config.overlap!r}")
+    if config.overlap and config.dq_mode != "pass":
+        raise ValueError(f"overlap=True needs dq_mode='pass' (a second kernel to overlap); got {config.dq_mode!r}")
 
 
 def _check_like(t, name: str, like: torch.Tensor) -> None:
@@ -185,14 +190,17 @@ class _Unit:
         self.tail = tuple(value for _, value in constexprs)
         self.run = self.head = None
 
-    def __call__(self, tensors: dict[str, torch.Tensor]) -> None:
+    def __call__(self, tensors: dict[str, torch.Tensor], side: torch.cuda.Stream | None = None) -> None:
+        """Launch on the current stream, or on ``side``."""
         values = list(self.values)
         for slot in self.tensor_slots:
             values[slot] = tensors[values[slot]]
         if self.run is None or current_device() != tensors["q"].device.index or hooks_busy():
-            self._launch_jit(values)          # first call, another device current, or a profiler's hooks
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                self._launch_jit(values)      # first call, another device current, or a profiler's hooks
         else:
-            self.run(*self.grid, 1, current_stream(tensors["q"].device.index), *self.head, *values, *self.tail)
+            stream = side.cuda_stream if side is not None else current_stream(tensors["q"].device.index)
+            self.run(*self.grid, 1, stream, *self.head, *values, *self.tail)
 
     def _launch_jit(self, values: list) -> None:
         compiled = self.fn[self.grid](*values, **self.constexprs, **self.options)
@@ -215,6 +223,11 @@ class BwdPlan:
                               _strides(do4), contiguous_q, contiguous_k, contiguous_k, _strides(o4))
         self.atomic = config.dq_mode != "pass"
         self.units = self._units(config, batch * heads, sm_count(q.device)) if batch * heads else []
+        # The interpreter has no streams; without keys there is no dK/dV kernel to overlap.
+        self.overlap = config.overlap and q.is_cuda and not interpreting() and len(self.units) == 3
+        if self.overlap:     # this plan's own side stream and fork/join events, made once
+            self.side = _side_stream(q.device)
+            self.fork, self.join = torch.cuda.Event(), torch.cuda.Event()
 
     def _units(self, config: BwdConfig, bh: int, sms: int) -> list[_Unit]:
         shape = self.shape
@@ -251,9 +264,38 @@ class BwdPlan:
         # The "pass" kernels never touch dq_acc: any fp32 pointer will do (the same type keeps one binary).
         tensors["dq_acc"] = (torch.empty(bh * shape.n_q * shape.head_dim, dtype=torch.float32, device=q.device)
                              if self.atomic else tensors["delta"])
-        for unit in self.units:
-            unit(tensors)
+        if self.overlap:
+            self._overlapped(tensors, q.device)
+        else:
+            for unit in self.units:
+                unit(tensors)
         return dq, dk, dv
+
+    def _overlapped(self, tensors: dict, device: torch.device) -> None:
+        """The preprocess, then the dK/dV kernel on the caller's stream and the dQ pass on the side
+        stream, joined before returning: every tensor the side stream reads or writes was made on
+        the caller's stream, which waits for it before anything can free them. Works inside a
+        CUDA-graph capture too (the side stream forks from and joins the capturing one)."""
+        preprocess, kv, q_pass = self.units
+        main = torch.cuda.current_stream(device)
+        preprocess(tensors)
+        self.fork.record(main)
+        self.side.wait_event(self.fork)
+        kv(tensors)         # first: its programs take the SMs, the dQ pass's fill in behind them
+        q_pass(tensors, self.side)
+        self.join.record(self.side)
+        main.wait_event(self.join)
+
+
+_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    """One side stream per device for every overlapped plan (the kernels on it are joined each call)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(index)
+    return _SIDE_STREAMS[index]
 
 
 def _plan_key(config, causal, tensors) -> tuple:
@@ -311,7 +353,8 @@ def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             ``num_stages``; ``block_m_q``, ``block_n_q``, ``num_warps_q``, ``num_stages_q`` (the
             dQ pass's; default those of the dK/dV kernel when it names them and no config is
             given); ``dq_mode`` ("pass", "atomic" or "tma"); ``tma`` (TMA loads of the tiles a
-            loop walks, sm_90+); ``maxnreg``; ``persistent``.
+            loop walks, sm_90+); ``maxnreg``; ``persistent``; ``overlap`` (the dQ pass on a second
+            stream beside the dK/dV kernel).
         dq, dk, dv: optional preallocated gradients (contiguous, like q, k and v); tests fill
             them with NaN so that an element the kernels never write shows up.
 
@@ -342,37 +385,3 @@ def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                             f"{', '.join(BwdConfig.__dataclass_fields__)}")
         config = replace(config, **fields)
     return bwd_plan_for(config, dout, q, k, v, out, lse, causal, (dq, dk, dv))(dout, q, k, v, out, lse, dq, dk, dv)
-
-
-class FlashAttention(torch.autograd.Function):
-    """``out = softmax(q k^T / sqrt(D)) v`` with the FA2 forward and backward kernels."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal=False, bwd_config=None, fwd=None):
-        out, lse = (fwd or flash_attn_fwd)(q, k, v, causal)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.bwd_config = causal, bwd_config
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        if ctx.bwd_config is None or isinstance(ctx.bwd_config, BwdConfig):
-            dq, dk, dv = flash_attn_bwd(grad_out, q, k, v, out, lse, ctx.causal, config=ctx.bwd_config)
-        else:                                    # an autotuned entry point (kernel.bwd_autotune)
-            dq, dk, dv = ctx.bwd_config(grad_out, q, k, v, out, lse, ctx.causal)
-        return dq, dk, dv, None, None, None
-
-
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    bwd_config=None, fwd=None) -> torch.Tensor:
-    """Attention as an autograd op: :func:`kernel.flash_attn_fwd` forward, :func:`flash_attn_bwd` backward.
-
-    Args:
-        bwd_config: the backward's :class:`~kernel.flash_bwd.BwdConfig`, or an autotuned entry point
-            over an emitted list (:class:`kernel.bwd_autotune.AutotunedBackward`); default
-            :func:`default_bwd_config`.
-        fwd: the forward to use instead of :func:`kernel.flash_attn_fwd`, such as
-            ``kernel.autotuned.flash_attn_fwd_autotuned`` (same arguments, returns ``(out, lse)``).
-    """
-    return FlashAttention.apply(q, k, v, causal, bwd_config, fwd)

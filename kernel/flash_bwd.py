@@ -27,8 +27,7 @@ and P^T dO terms vanish too. Only tiles on the causal diagonal mask scores, and 
 the ragged last tiles mask their loads. Conventions are the forward's: ``[B, H, N, D]``
 or ``[B, N, D]``, causal is top-left (key ``j`` is seen by query ``i`` when ``j <= i``),
 and a row with no valid key (only when N_k == 0) gets zero gradients, never NaN.
-Copy this file with ``flash_fwd.py`` and ``bwd_launch.py`` (the launcher, its launch plans and the
-autograd op).
+Copy it with ``flash_fwd.py``, ``bwd_launch.py`` (launcher, plans) and ``autograd.py`` (the op).
 """
 
 from __future__ import annotations
@@ -354,7 +353,8 @@ class BwdConfig:
     ``block_m``, ``block_n``, ``num_warps``, ``num_stages``: the dK/dV kernel's query tile, key
     tile and launch options; ``block_m_q``, ``block_n_q``, ``num_warps_q``, ``num_stages_q``:
     the dQ pass's (``dq_mode="pass"`` only). ``maxnreg`` (None: no cap) caps the registers of
-    both; ``persistent`` is the dK/dV kernel's programs per SM (0: one per key tile).
+    both; ``persistent`` is the dK/dV kernel's programs per SM (0: one per key tile); ``overlap``
+    runs the dQ pass on a second stream beside the dK/dV kernel (``dq_mode="pass"`` only).
     """
 
     block_m: int = 64
@@ -369,6 +369,7 @@ class BwdConfig:
     tma: bool = False
     maxnreg: int | None = None
     persistent: int = 0
+    overlap: bool = False
 
     def _options(self, num_warps: int, num_stages: int) -> dict:
         options = dict(num_warps=num_warps, num_stages=num_stages, **COMPILE_OPTIONS)

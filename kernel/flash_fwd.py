@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from kernel.checks import check_inputs, check_outputs, check_tma_layout, is_count, is_pow2
+from kernel.gluon_route import gluon_plan
 from kernel.launch import (
     LaunchPlan,
     LaunchShape,
@@ -325,6 +326,10 @@ def _with_defaults(config: tuple, q, k, v, causal: bool, capability: int | None 
 def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse) -> LaunchPlan:
     """Check every input as a first call must, then make the plan (``config`` None: an autotuner picks)."""
     check_inputs(q, k, v, causal)
+    if kernel is _flash_fwd_kernel and config == KNOB_DEFAULTS:    # no tile named, no knob set: where it
+        routed = gluon_plan(q, k, v, causal, out, lse)                 # wins, the Gluon kernel (gluon_route)
+        if routed is not None:
+            return routed
     launch = {}
     if config is not None:
         if None in config[:4]:  # only untuned calls ask the device for defaults
@@ -370,8 +375,8 @@ def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         v: same shape as ``k`` (its strides may differ).
         causal: True or False; True masks key j for query i unless j <= i (top-left aligned).
         block_m, block_n: query and key tile sizes, powers of two >= 16.
-        num_warps, num_stages: Triton launch options. Unset values come from
-            :func:`default_config`.
+        num_warps, num_stages: Triton launch options. Unset values come from :func:`default_config`;
+            a call that sets none nor a knob runs the Gluon kernel where kernel.gluon_route says.
         tma: load keys and values through device-side TMA tensor descriptors (one per
             head, so ragged lengths stay in bounds); sm_90 and later, elsewhere Triton
             falls back to plain loads. Needs 16-byte aligned heads and row strides.

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import re
 from dataclasses import replace
 
 import torch
@@ -51,6 +52,7 @@ from kernel.gluon_attention import (
     tile_coords,
     tma,
 )
+from kernel.gluon_checks import DTYPES, check_inputs, check_outputs, tma_strides
 from kernel.gluon_config import (  # noqa: F401 (the public API: the launch's description)
     GLUON_DEFAULTS,
     HEAD_DIMS,
@@ -64,7 +66,6 @@ from kernel.gluon_config import (  # noqa: F401 (the public API: the launch's de
 )
 
 LOG2E = 1.4426950408889634
-DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 # ---------------------------------------------------------------------------- version gate
@@ -72,6 +73,15 @@ DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 class GluonUnavailable(RuntimeError):
     """This Triton, or this device, cannot run the Gluon forward; the message says what is missing."""
+
+
+SUPPORTED_TRITON = (3, 6)        # the one Triton release whose Gluon API the kernels are written in
+
+
+def triton_release(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of a Triton version string ("3.6.0" -> (3, 6)); default the installed Triton's."""
+    found = re.match(r"(\d+)\.(\d+)", version or triton.__version__)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
 @functools.cache
@@ -86,6 +96,9 @@ def gluon_api_support() -> str | None:
     version = f"Triton {triton.__version__}"
     if GLUON_IMPORT_ERROR is not None:
         return f"{version} has no Gluon for Hopper ({GLUON_IMPORT_ERROR}); the kernel needs Triton 3.6"
+    if triton_release() != SUPPORTED_TRITON:
+        return (f"{version} is not Triton 3.6: the Gluon forward is written and checked for Triton 3.6's Gluon "
+                "API only (3.9 renamed the TMA copies to tma.async_load / async_store and changed mbarrier.expect)")
     from kernel.gluon_attention import gl as language, tma as tma_module
 
     if hasattr(tma_module, "async_load") or not hasattr(tma_module, "async_copy_global_to_shared"):
@@ -201,71 +214,6 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, 
     tma.store_wait(0)
 
 
-# ------------------------------------------------------------------------------ checks
-
-
-def _check_inputs(q, k, v, causal) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.ndim not in (3, 4):
-            raise ValueError(f"{name} must be [B, H, N, D] or [B, N, D]; got {t.ndim} dims, shape {tuple(t.shape)}")
-        if t.dtype not in DTYPES:
-            raise TypeError(f"{name}.dtype is {t.dtype}; the Gluon forward supports float16 and bfloat16 "
-                            "(use kernel.flash_fwd.flash_attn_fwd for float32)")
-        if t.device.type != "cuda":
-            raise ValueError(f"{name} is on {t.device}; the Gluon forward needs CUDA tensors on an sm_90 GPU")
-    if causal is not True and causal is not False:
-        raise TypeError(f"causal must be True or False; got {causal!r} ({type(causal).__name__})")
-    if not (q.ndim == k.ndim == v.ndim):
-        raise ValueError(f"q, k, v must have the same rank; got {q.ndim}, {k.ndim}, {v.ndim}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
-    if q.shape[:-2] != k.shape[:-2]:
-        raise ValueError(f"q and k must agree on batch (and heads); got {tuple(q.shape)} and {tuple(k.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the head dim; got {q.shape[-1]} and {k.shape[-1]}")
-    if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"head dim {q.shape[-1]} is not supported by the Gluon forward; use one of {HEAD_DIMS}")
-
-
-def _tma_strides(name: str, t4: torch.Tensor) -> list[int]:
-    """The strides a TMA descriptor of [B, H, N, D] view ``t4`` is given, after checking the
-    copy engine's rules: a 16-byte aligned start and row, head and batch strides that are
-    positive multiples of 16 bytes. A dimension of size 1 is never stepped over, so its stride
-    is replaced by the one a contiguous tensor would have there."""
-    element = t4.element_size()
-    strides = [0, 0, 0, 1]
-    for i in (2, 1, 0):
-        strides[i] = t4.stride(i) if t4.shape[i] > 1 else strides[i + 1] * t4.shape[i + 1]
-    if t4.data_ptr() % 16 or any(s <= 0 or s * element % 16 for s in strides[:3]):
-        fix = "out=None or a fresh out" if name == "out" else f"{name}.contiguous()"
-        raise ValueError(f"{name} does not suit the TMA copy engine: it needs a 16-byte aligned start and "
-                         f"positive strides in multiples of 16 bytes; got strides {tuple(t4.stride())} of "
-                         f"{element}-byte elements at address % 16 = {t4.data_ptr() % 16}; pass {fix} "
-                         "(a fresh tensor is aligned)")
-    return strides
-
-
-def _check_outputs(out, lse, q) -> None:
-    for name, given, shape, dtype in (("out", out, q.shape, q.dtype), ("lse", lse, q.shape[:-1], torch.float32)):
-        if given is None:
-            continue
-        if not isinstance(given, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor or None, got {type(given).__name__}")
-        if tuple(given.shape) != tuple(shape) or given.dtype != dtype or given.device != q.device:
-            raise ValueError(f"{name} must be {tuple(shape)} {dtype} on {q.device}; "
-                             f"got {tuple(given.shape)} {given.dtype} on {given.device}")
-    if out is not None and out.stride(-1) != 1:
-        raise ValueError(f"out needs a unit last stride; got strides {tuple(out.stride())}")
-    if lse is not None and not lse.is_contiguous():
-        raise ValueError(f"lse must be contiguous; got strides {tuple(lse.stride())}")
-
-
 # ---------------------------------------------------------------------------- launcher
 
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -277,7 +225,7 @@ def _descriptor(name: str, t4: torch.Tensor, rows: int):
 
     block = [1, 1, rows, t4.shape[3]]
     layout = gl.NVMMASharedLayout.get_default_for(block, getattr(gl, _GL_DTYPES[t4.dtype]))
-    return TensorDescriptor(t4, list(t4.shape), _tma_strides(name, t4), block, layout)
+    return TensorDescriptor(t4, list(t4.shape), tma_strides(name, t4), block, layout)
 
 
 def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool):
@@ -353,8 +301,8 @@ def flash_attn_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
     reason = gluon_support(_capability_of(q))
     if reason is not None:
         raise GluonUnavailable(reason)
-    _check_inputs(q, k, v, causal)
-    _check_outputs(out, lse, q)
+    check_inputs(q, k, v, causal)
+    check_outputs(out, lse, q)
     knobs = dict(block_m=block_m, block_n=block_n, num_stages=num_stages, overlap=overlap, pingpong=pingpong,
                  persistent=persistent, producer_regs=producer_regs, consumer_regs=consumer_regs)
     config = _config_from(variant, q.shape[-1], causal, knobs)

@@ -49,6 +49,13 @@ def _views(batch, heads, n_q, n_k, head_dim, dtype):
     return q, k, v, o, torch.empty(batch, heads, n_q, dtype=torch.float32)
 
 
+def stand_in_launch(config: GluonConfig, head_dim: int, causal: bool, n_q: int, n_k: int, batch: int = 2,
+                    heads: int = 3, dtype: torch.dtype = torch.bfloat16):
+    """(kernel, arguments, constexprs, options) of a launch on stand-ins of contiguous [B, H, N, D]
+    tensors (``kernel.flash_fwd_gluon.launch_arguments``): what the JIT binds, and ``warmup`` takes."""
+    return launch_arguments(*_views(batch, heads, n_q, n_k, head_dim, dtype), config, causal)
+
+
 def compile_inputs(config: GluonConfig, head_dim: int, causal: bool, n_q: int, n_k: int, batch: int = 2,
                    heads: int = 3, dtype: torch.dtype = torch.bfloat16) -> CompileInputs:
     """The compile inputs of a launch on contiguous [B, H, N, D] tensors, as the JIT makes them."""
@@ -56,8 +63,7 @@ def compile_inputs(config: GluonConfig, head_dim: int, causal: bool, n_q: int, n
     from triton.compiler.compiler import make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    q, k, v, o, lse = _views(batch, heads, n_q, n_k, head_dim, dtype)
-    fn, args, constexprs, options = launch_arguments(q, k, v, o, lse, config, causal)
+    fn, args, constexprs, options = stand_in_launch(config, head_dim, causal, n_q, n_k, batch, heads, dtype)
     backend = make_backend(GPUTarget("cuda", TARGET_ARCH, 32))
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     bound, specialization, parsed = binder(*args, **constexprs, **options)

@@ -29,11 +29,16 @@ stage() {
                 -k "not verdicts_hold" \
                 > "$W/gputests.log" 2>&1
               grep -E "passed|failed|error|graph .* do_bench|host µs|ncu " "$W/gputests.log" | tail -12;;
+    overlaptests) timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py -k "overlap or short_length" \
+                    > "$W/overlaptests.log" 2>&1; echo "overlaptests rc=$?"; tail -4 "$W/overlaptests.log";;
     bwdtests) timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py \
                 > "$W/bwdtests.log" 2>&1; tail -15 "$W/bwdtests.log";;
     bwdexplore) python3 -m benchmarks.bwd --explore --jobs 15 --json "$W/bwdexplore.json" \
                   --markdown "$W/bwdexplore.md" > "$W/bwdexplore.log" 2>&1; echo "bench_bwd rc=$?"
                 grep -vE "^\||^  precompile" "$W/bwdexplore.log" | tail -40; cat "$W/bwdexplore.md";;
+    bwdknobs) timeout 400 python3 -m benchmarks.bwd --knobs --jobs 15 ${BWD_ARGS:-} --json "$W/bwdknobs.json" \
+                --markdown "$W/bwdknobs.md" > "$W/bwdknobs.log" 2>&1; echo "bench_bwd --knobs rc=$?"
+              grep -vE "^\||^  precompile" "$W/bwdknobs.log" | tail -45; cat "$W/bwdknobs.md";;
     bwdbench) python3 -m benchmarks.bwd --jobs 1 --json "$W/bwdbench.json" --markdown "$W/bwdbench.md" > "$W/bwdbench.log" 2>&1
               echo "bench_bwd rc=$?"; cat "$W/bwdbench.md";;
     bwdsweep) /usr/bin/time -f "bwdsweep wall %e s" timeout 220 python3 -m tuner.sweep --study hopper_bwd --gpu sm_90 \
@@ -47,7 +52,7 @@ stage() {
                grep -E "passed|failed|FAILED|ERROR|error" "$W/gputests2.log" | tail -25;;
     gluonbench) timeout 150 python3 -m benchmarks.gluon --markdown "$W/gluon.md" > "$W/gluonbench.log" 2>&1
                 echo "gluon bench rc=$?"; tail -25 "$W/gluonbench.log";;
-    gputests3) timeout 230 python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_backward.py tests/test_kernel.py \
+    gputests3) timeout 300 python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_backward.py tests/test_kernel.py \
                  > "$W/gputests3.log" 2>&1; echo "gputests3 rc=$?"
                grep -cE "PASSED" "$W/gputests3.log"; grep -E "FAILED|ERROR|passed|failed" "$W/gputests3.log" | tail -15
                grep -E "^E " "$W/gputests3.log" | head -8;;
@@ -55,6 +60,23 @@ stage() {
                  -k "short_length or emitted or gluon" > "$W/lastcheck.log" 2>&1; echo "lastcheck rc=$?"
                grep -cE "PASSED" "$W/lastcheck.log"; grep -E "FAILED|ERROR|passed|failed" "$W/lastcheck.log" | tail -12
                grep -E "^E " "$W/lastcheck.log" | head -6;;
+    gluon) # issue 25: ConSan and the default call's route, the other Gluon GPU tests, the benchmark with the
+           # issue's long shapes (D=128 at N=4096 too), a short grid sweep of hopper_gluon (about 6 minutes, at most 8)
+           timeout 210 python3 -m pytest -m gpu -q -p no:cacheprovider -rs \
+             tests/test_gluon.py::test_the_ws_kernel_has_no_races_under_consan tests/test_gluon_route.py \
+             > "$W/gluontests.log" 2>&1; echo "gluon route+consan tests rc=$?"
+           grep -E "passed|failed|FAILED|ERROR|SKIPPED" "$W/gluontests.log" | tail -12; grep -E "^E " "$W/gluontests.log" | head -8
+           [ -n "${GLUON_ALL:-}" ] && { timeout 60 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon.py -k "not consan" \
+             > "$W/gluontests2.log" 2>&1; echo "gluon kernel tests rc=$? (124: cut at 60 s)"
+           grep -E "passed|failed|FAILED|ERROR" "$W/gluontests2.log" | tail -8; }
+           timeout 120 python3 -m benchmarks.gluon --variant ws --head-dim 128 --wide --markdown "$W/gluon_wide.md" \
+             > "$W/gluonbench.log" 2>&1; echo "gluon bench rc=$?"
+           grep -E "causal=|skipped|Error" "$W/gluonbench.log" | head -12; cat "$W/gluon_wide.md" 2>/dev/null
+           /usr/bin/time -f "gluonsweep wall %e s" timeout 100 python3 -m tuner.sweep --study hopper_gluon --gpu sm_90 \
+             --sampler grid --timeout 45 --finalists 2 --rounds 2 --storage "sqlite:///$W/gluon.db" --out "$W/gluonsweep" \
+             > "$W/gluonsweep.log" 2>&1
+           echo "gluonsweep rc=$?"; grep -vE "^\[|^compiling" "$W/gluonsweep.log" | tail -30
+           cp "$W/gluonsweep/configs/"*.py "$W/" 2>/dev/null;;
     knobtests) timeout 500 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_knobs.py \
                  > "$W/knobtests.log" 2>&1; tail -5 "$W/knobtests.log";;
     knobs) python3 -m benchmarks.knobs --json "$W/knobs.json" --markdown "$W/knobs.md" > "$W/knobs.log" 2>&1

@@ -143,6 +143,55 @@ def test_dq_tiles_smaller_than_the_dk_dv_tiles(device):
     _check(q, k, v, True, block_m=32, block_n=64, block_m_q=16, block_n_q=16)
 
 
+def test_overlap_is_checked_and_runs_in_order_where_there_are_no_streams(device):
+    """overlap needs the dQ pass; on the CPU (the interpreter has no streams) it runs in order."""
+    torch.manual_seed(23)
+    q, k, v = _inputs(device, (1, 2, 37, 32), (1, 2, 41, 32))
+    _check(q, k, v, True, block_m=16, block_n=16, overlap=True)
+    out, lse = kernel.flash_attn_fwd(q, k, v, False)
+    with pytest.raises(ValueError, match="overlap=True needs dq_mode='pass'"):
+        kernel.flash_attn_bwd(torch.randn_like(q), q, k, v, out, lse, dq_mode="atomic", overlap=True)
+    with pytest.raises(TypeError, match="overlap must be True or False"):
+        kernel.flash_attn_bwd(torch.randn_like(q), q, k, v, out, lse, overlap=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_overlap_gives_the_same_bits_eagerly_and_in_a_cuda_graph(causal):
+    """The dQ pass on a side stream computes exactly what it does in order (the same kernels on
+    the same inputs), also when the call is captured in a CUDA graph and replayed on fresh inputs;
+    dq poisoned with NaN first, so a dQ pass that never ran, or ran before delta, shows up."""
+    torch.manual_seed(29)
+    q, k, v = _inputs("cuda", (2, 4, 1031, 128), (2, 4, 777, 128), torch.bfloat16)
+    dout = torch.randn_like(q)
+    out, lse = kernel.flash_attn_fwd(q, k, v, causal)
+    config = dict(block_m=64, block_n=64, block_m_q=128, block_n_q=64, num_warps_q=8, num_stages_q=3)
+    expected = kernel.flash_attn_bwd(dout, q, k, v, out, lse, causal, **config)
+    _check(q, k, v, causal, dout=dout, overlap=True, **config)
+    grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+    call = lambda: kernel.flash_attn_bwd(dout, q, k, v, out, lse, causal, dq=grads[0], dk=grads[1],  # noqa: E731
+                                         dv=grads[2], overlap=True, **config)
+    call()
+    assert all(torch.equal(a, b) for a, b in zip(grads, expected))
+    for g in grads:
+        g.fill_(float("nan"))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            call()
+    for g in grads:
+        g.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(grads, expected))
+    dout.copy_(torch.randn_like(dout))          # fresh inputs through the same graph
+    expected = kernel.flash_attn_bwd(dout, q, k, v, out, lse, causal, **config)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(grads, expected))
+
+
 GPU_MODES = [dict(dq_mode=m, tma=t) for m in ("pass", "atomic", "tma") for t in (False, True)]
 
 

@@ -94,20 +94,20 @@ def test_without_gluon_the_module_imports_and_says_what_is_missing():
     assert "refused: Triton" in result.stdout and "has no Gluon" in result.stdout
 
 
-def test_tma_strides_take_any_aligned_layout_and_refuse_the_rest():
-    from kernel.flash_fwd_gluon import _tma_strides
+def testtma_strides_take_any_aligned_layout_and_refuse_the_rest():
+    from kernel.flash_fwd_gluon import tma_strides
 
     bf16 = dict(dtype=torch.bfloat16)
-    assert _tma_strides("q", torch.empty(2, 3, 5, 64, **bf16)) == [960, 320, 64, 1]
+    assert tma_strides("q", torch.empty(2, 3, 5, 64, **bf16)) == [960, 320, 64, 1]
     # [B, N, H, D] seen as [B, H, N, D] (a transposed view) needs no copy.
-    assert _tma_strides("q", torch.empty(2, 5, 3, 64, **bf16).transpose(1, 2)) == [960, 64, 192, 1]
+    assert tma_strides("q", torch.empty(2, 5, 3, 64, **bf16).transpose(1, 2)) == [960, 64, 192, 1]
     # Dimensions of size 1 are never stepped over: their strides are replaced by legal ones.
     odd = torch.empty(1, 1, 1, 64, **bf16).as_strided((1, 1, 1, 64), (7, 3, 5, 1))
-    assert _tma_strides("q", odd) == [64, 64, 64, 1]
+    assert tma_strides("q", odd) == [64, 64, 64, 1]
     with pytest.raises(ValueError, match=r"k.contiguous\(\)"):
-        _tma_strides("k", torch.empty(2, 1, 5, 64, **bf16).expand(2, 3, 5, 64))       # a stride of 0
+        tma_strides("k", torch.empty(2, 1, 5, 64, **bf16).expand(2, 3, 5, 64))       # a stride of 0
     with pytest.raises(ValueError, match="address % 16 = 2"):
-        _tma_strides("v", torch.empty(2 * 3 * 5 * 64 + 1, **bf16)[1:].view(2, 3, 5, 64))
+        tma_strides("v", torch.empty(2 * 3 * 5 * 64 + 1, **bf16)[1:].view(2, 3, 5, 64))
 
 
 def test_the_benchmark_checks_and_tabulates():
@@ -119,11 +119,14 @@ def test_the_benchmark_checks_and_tabulates():
     assert "out rel err" in check_against_sdpa(sdpa * 1.1, lse, (sdpa, 1e-3, lse))
     assert "lse differs" in check_against_sdpa(sdpa, lse + 0.01, (sdpa, 1e-3, lse))
     assert "NaN" in check_against_sdpa(sdpa * float("nan"), lse, (sdpa, 1e-3, lse))
-    row = dict(D=64, causal=True, ms=dict(triton=2.0, sdpa_flash=3.0, sdpa_cudnn=1.0, ws=1.0), notes=dict(
-        pipelined="CompilationError: boom"), tflops=dict(ws=400.0))
-    text = table([row], ["pipelined", "ws"], "GPU: test")
-    assert "| 64 | yes | ws | 1.0000 | 400 | 2.00 | 3.00 | 1.00 |  |" in text
-    assert "| 64 | yes | pipelined | n/a | 0 | n/a | n/a | n/a | CompilationError: boom |" in text
+    row = dict(D=64, causal=True, ms=dict(triton=2.0, default=2.5, sdpa_flash=3.0, sdpa_cudnn=1.0, ws=1.0), notes=dict(
+        pipelined="CompilationError: boom"), tflops=dict(ws=400.0, default=160.0))
+    wide = dict(row, D=128, shape=dict(batch=1, heads=8, n=16384))
+    text = table([row, wide], ["pipelined", "ws"], "GPU: test")
+    assert "| B4 H8 N4096 | 64 | yes | ws | 1.0000 | 400 | 2.00 | 3.00 | 1.00 |  |" in text
+    assert "| B4 H8 N4096 | 64 | yes | pipelined | n/a | 0 | n/a | n/a | n/a | CompilationError: boom |" in text
+    assert "| B4 H8 N4096 | 64 | yes | default | 2.5000 | 160 | 0.80 | 1.20 | 0.40 |  |" in text
+    assert "| B1 H8 N16384 | 128 | yes | ws | 1.0000 |" in text
 
 
 def test_every_benchmark_candidate_is_a_valid_config():

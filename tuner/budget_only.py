@@ -48,6 +48,9 @@ def budget_only(ctx: RunContext, store: Store, jobs: int | None = None) -> Count
                                     rejection.fields)
     store.replace_results(rows)
     print(f"budget stage: {len(configs)} configs, {len(tasks)} compiles in {time.perf_counter() - started:.0f} s")
+    unsupported = Counter(r.reason for r in rejected.values() if r is not None and r.status == Status.UNSUPPORTED)
+    for reason, count in unsupported.most_common(3):       # what the target or Triton lacks, said once
+        print(f"  {count} config(s) {reason}")
     return counts
 
 

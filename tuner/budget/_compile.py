@@ -164,16 +164,26 @@ def _jit_warmup(unit):
     return unit.fn.warmup(*unit.warmup_args, grid=(1,), **unit.warmup_kwargs)
 
 
+def _source_type(fn):
+    """The compiler's source class for a JIT function: a Gluon kernel's own (it lowers to TTGIR), else ASTSource."""
+    from triton.compiler import ASTSource
+
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource
+    return ASTSource
+
+
 def _compile_unit(unit, capability: int, via_jit: bool) -> CompileInfo:
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     try:
         if via_jit:
             compiled = _jit_warmup(unit)
         else:
-            source = ASTSource(unit.fn, unit.signature, unit.constexprs, unit.attrs)
+            source = _source_type(unit.fn)(unit.fn, unit.signature, unit.constexprs, unit.attrs)
             compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=unit.options)
     except Exception as exc:  # a config the compiler rejects is a result, not a crash
         message = str(exc).strip().splitlines()

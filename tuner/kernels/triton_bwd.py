@@ -37,7 +37,7 @@ class TritonBwdConfig(KernelConfig):
     (docs/results/2026-12-01-h200-backward.md): dK/dV tiles of 16-128 queries by 32-128 keys,
     dQ pass tiles of 32-128, 4 or 8 warps, 1-3 stages each, dQ by a second pass or by TMA
     reduce-add (atomics into fp32 lost everywhere there), TMA loads on and off. The register
-    cap and the persistent grid are a study's to widen.
+    cap, the persistent grid and the overlapped dQ pass are a study's to widen.
     """
 
     KEY_FORMAT: ClassVar[str] = ("{block_m}x{block_n}_w{num_warps}_s{num_stages}"
@@ -57,6 +57,7 @@ class TritonBwdConfig(KernelConfig):
     tma: bool = axis((False, True), plain=False, tag="tma")
     maxnreg: int = axis((0,), (0, *range(24, 256, 8)), plain=0, tag="r")
     persistent: int = axis((0,), tuple(range(0, 9)), plain=0, tag="p")
+    overlap: bool = axis((False,), (False, True), plain=False, tag="ov")
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,8 @@ def restriction(config: TritonBwdConfig, head_dim: int) -> str | None:
     "pass") dQ [BLOCK_M_Q, D] and P, dP [BLOCK_M_Q, BLOCK_N_Q]."""
     why = _register_rule("dK/dV kernel", config.block_n, config.block_m, head_dim, 2, config.num_warps,
                          config.maxnreg)
+    if why is None and config.overlap and DQ_MODES[config.dq_mode] != "pass":
+        why = "overlap: only the dQ pass (dq_mode 0) runs beside the dK/dV kernel; the atomic modes have none"
     if why is None and DQ_MODES[config.dq_mode] == "pass":
         why = _register_rule("dQ pass", config.block_m_q, config.block_n_q, head_dim, 1, config.num_warps_q,
                              config.maxnreg)

@@ -1,0 +1,216 @@
+"""The Gluon forward for Hopper (:mod:`kernel.flash_fwd_gluon`, ``variant="ws"``) as a tunable kernel.
+
+Read top to bottom: its config (the query tile, which is the consumer count, the key tile, the
+K/V ring's stages, and the knobs: the softmax overlapped with the PV wgmma, the two consumers'
+ping-pong, a persistent grid and the register split), the restrictions no compiler beats, the
+budget rules (what a target or the installed Triton lacks: an ``unsupported`` verdict, never a
+compile), the shared-memory model (``kernel.gluon_config.smem_bytes``, which the compile tests
+hold to Triton 3.6 byte for byte), the compile unit (cross-compiled for sm_90 as the JIT
+specialises the launch, by ``kernel.gluon_compile``), the launch and the emitted form: a list of
+:class:`kernel.gluon_config.GluonConfig` for :class:`kernel.gluon_autotune.AutotunedGluonForward`.
+The check, the SDPA baselines and the FLOPs are every attention forward's
+(:class:`~tuner.kernels._attention.AttentionForward`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import ClassVar
+
+from kernel.gluon_config import GluonConfig, smem_bytes
+from tuner.gpus import GpuSpec
+from tuner.kernels._attention import AttentionForward
+from tuner.kernels._base import CompileUnit
+from tuner.problem import DTYPE_BYTES, Problem
+from tuner.space import LOG2, ORDINAL, KernelConfig, axis
+
+__all__ = ["KERNEL", "GluonForward", "GluonFwdConfig", "to_kernel"]
+
+HOPPER = 9                # the compute capability's major version the kernel is written for
+REGS = tuple(range(24, 257, 8))
+WARPGROUP = 4             # warps of a consumer (and of the producer's warpgroup, as setmaxnreg counts)
+
+
+@dataclass(frozen=True, order=True)
+class GluonFwdConfig(KernelConfig):
+    """One point of the Gluon forward's space (``flash_attn_fwd_gluon(variant="ws")``'s keywords).
+
+    ``block_m`` is the consumer count: 64 query rows per consumer warpgroup (64: one, 128: two).
+    ``num_warps`` is a consumer warpgroup's warps, always 4 (the tuner's grid needs the axis; the
+    launch's warps follow from the consumers). ``num_stages`` is the K/V ring's depth. Knobs:
+    ``overlap`` (softmax of key tile j under the PV wgmma of tile j - 1), ``pingpong`` (two
+    consumers take turns at the tensor cores; needs ``overlap``), ``persistent`` (programs per
+    SM, 0: one per query tile), ``producer_regs`` / ``consumer_regs`` (the setmaxnreg split).
+    """
+
+    KEY_FORMAT: ClassVar[str] = "{block_m}x{block_n}_w{num_warps}_s{num_stages}"
+    KEY_HELP: ClassVar[str] = "BM,BN,WARPS,STAGES, e.g. 128,128,4,2 (or 128x128_w4_s2_ov_pp_p1)"
+
+    block_m: int = axis((64, 128), tpe=LOG2, param="log2_block_m")
+    block_n: int = axis((64, 128), tpe=LOG2, param="log2_block_n")
+    num_warps: int = axis((WARPGROUP,), tpe=LOG2, param="log2_num_warps")
+    num_stages: int = axis((1, 2, 3, 4), tpe=ORDINAL, param="stages")
+    overlap: bool = axis((False, True), plain=False, tag="ov")
+    pingpong: bool = axis((False, True), plain=False, tag="pp")
+    persistent: int = axis((0, 1, 2), tuple(range(0, 9)), plain=0, tag="p")
+    producer_regs: int = axis((24,), REGS, plain=24, tag="rp")
+    consumer_regs: int = axis((240,), REGS, plain=240, tag="rc")
+
+
+def to_kernel(config: GluonFwdConfig) -> GluonConfig:
+    """The :class:`kernel.gluon_config.GluonConfig` (variant "ws") a point of the space stands for."""
+    return GluonConfig("ws", config.block_m, config.block_n, config.num_stages, config.overlap, config.pingpong,
+                       config.persistent, config.producer_regs, config.consumer_regs)
+
+
+def from_kernel(config: GluonConfig) -> GluonFwdConfig:
+    """:func:`to_kernel`'s inverse (a ws config)."""
+    if config.variant != "ws":
+        raise ValueError(f"the tuner's Gluon forward is variant 'ws'; got {config.variant!r}")
+    return GluonFwdConfig(config.block_m, config.block_n, WARPGROUP, config.num_stages, config.overlap,
+                          config.pingpong, config.persistent, config.producer_regs, config.consumer_regs)
+
+
+def restriction(config: GluonFwdConfig, head_dim: int) -> str | None:
+    """Why the kernel can never run this config at this head dim, or None: the launcher's own
+    config checks (:meth:`GluonConfig.problems`) less shared memory, which the budget judges; and
+    ping-pong only with two consumers (with one it is stored off: the same binary twice)."""
+    if config.num_warps != WARPGROUP:
+        return f"warps: a consumer warpgroup is {WARPGROUP} warps; got num_warps={config.num_warps}"
+    if config.pingpong and config.block_m != 128:
+        return "invalid: pingpong needs two consumer warpgroups (block_m 128)"
+    found = [p for p in to_kernel(config).problems(head_dim) if not p.startswith("shared memory")]
+    return found[0] if found else None
+
+
+def budget_rule(config: GluonFwdConfig, gpu: GpuSpec) -> str | None:
+    """What the target or the installed Triton lacks ("unsupported: ..."), or None. Judged before any
+    compile: an Ada sweep, or one on a Triton other than 3.6, compiles nothing."""
+    from kernel.flash_fwd_gluon import gluon_api_support
+
+    if gpu.capability // 10 != HOPPER:
+        return (f"unsupported: the Gluon forward needs sm_90 (Hopper: wgmma, TMA, setmaxnreg); "
+                f"{gpu.name} has none of them")
+    reason = gluon_api_support()
+    return None if reason is None else f"unsupported: {reason}"
+
+
+@dataclass(frozen=True)
+class GluonCompileUnit(CompileUnit):
+    """A warp-specialized kernel's unit: the launch's ``num_warps`` is the default partition's (a
+    consumer), but registers are held by every partition's warpgroup (the producer warp's too).
+
+    Attributes:
+        total_warps: the warps that hold registers, as ``setmaxnreg`` counts them.
+    """
+
+    total_warps: int = WARPGROUP
+
+    @property
+    def num_warps(self) -> int:
+        return self.total_warps
+
+
+def compile_unit(config: GluonFwdConfig, problem: Problem) -> GluonCompileUnit:
+    """``_fwd_ws_kernel`` specialised for ``problem`` exactly as the JIT specialises its launch
+    (``kernel.gluon_compile.compile_inputs``: the JIT's own binder on stand-in tensors of the shape)."""
+    from kernel.gluon_compile import compile_inputs, stand_in_launch
+
+    gluon = to_kernel(config)
+    shape = (gluon, problem.head_dim, problem.causal, problem.n_q, problem.n_k)
+    sizes = dict(batch=problem.batch, heads=problem.heads, dtype=problem.torch_dtype)
+    inputs = compile_inputs(*shape, **sizes)
+    _, args, constexprs, options = stand_in_launch(*shape, **sizes)     # JITFunction.warmup's, for the GPU present
+    return GluonCompileUnit(inputs.fn.fn.__name__, inputs.fn, inputs.signature, inputs.constexprs, inputs.attrs,
+                            inputs.options, tuple(args), constexprs | options,
+                            launch=(gluon.consumers, gluon.persistent),
+                            total_warps=WARPGROUP * (1 + gluon.consumers))
+
+
+@lru_cache(maxsize=1)
+def _device_source() -> str:
+    """The Gluon kernels' device code (every module that holds some of it)."""
+    import kernel.flash_fwd_gluon_ws as ws
+    import kernel.gluon_attention as shared
+
+    return inspect.getsource(shared) + inspect.getsource(ws)
+
+
+class GluonForward(AttentionForward):
+    """``kernel.flash_fwd_gluon.flash_attn_fwd_gluon(variant="ws")``: a TMA producer warp and one or
+    two consumer warpgroups in ping-pong, for Hopper under Triton 3.6."""
+
+    name = "gluon_fwd"
+    config_type = GluonFwdConfig
+    autotune_key = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
+    description = "Gluon warp-specialized forward (Hopper, Triton 3.6)"
+    emitted_imports = "from kernel.gluon_config import GluonConfig"
+    emitted_what = "kernel.gluon_config.GluonConfig configs (for kernel.gluon_autotune.AutotunedGluonForward)"
+
+    def restriction(self, config: GluonFwdConfig, head_dim: int) -> str | None:
+        return restriction(config, head_dim)
+
+    def budget_rule(self, config: GluonFwdConfig, gpu: GpuSpec) -> str | None:
+        return budget_rule(config, gpu)
+
+    def model_smem_bytes(self, config: GluonFwdConfig, problem: Problem, gpu: GpuSpec) -> int:
+        """Triton 3.6's allocation on sm_90 (the static 1 KB is the budget's, from the cubin)."""
+        return smem_bytes(to_kernel(config), problem.head_dim, DTYPE_BYTES[problem.dtype])
+
+    def compile_units(self, config: GluonFwdConfig, problem: Problem) -> list[CompileUnit]:
+        return [compile_unit(config, problem)]
+
+    def specialisation(self, problem: Problem) -> str:
+        """What the JIT specialises on (without compiling: this runs on any Triton): dtype, head dim,
+        causal, and each length as a constant 1, a multiple of 16 or neither (H and BH are not
+        specialised; batch and heads reach the kernel only through the descriptors' shapes)."""
+        def kind(n: int) -> str:
+            return "1" if n == 1 else "16n" if n % 16 == 0 else "n"
+        return repr((problem.dtype, problem.head_dim, bool(problem.causal), kind(problem.n_q), kind(problem.n_k)))
+
+    def device_source(self) -> str:
+        return _device_source()
+
+    def call(self, config: GluonFwdConfig, tensors: dict, problem: Problem, allocate: bool = False):
+        from dataclasses import asdict
+
+        from kernel.flash_fwd_gluon import flash_attn_fwd_gluon
+
+        knobs, t = asdict(to_kernel(config)), tensors
+        if allocate:
+            return lambda: flash_attn_fwd_gluon(t["q"], t["k"], t["v"], problem.causal, **knobs)
+        return lambda: flash_attn_fwd_gluon(t["q"], t["k"], t["v"], problem.causal, **knobs, out=t["out"],
+                                            lse=t["lse"])
+
+    def triton_config(self, config: GluonFwdConfig) -> str:
+        """The ``GluonConfig(...)`` source: the variant, tiles and switches, then a register split
+        away from the default."""
+        gluon = to_kernel(config)
+        fields = dict(variant="ws", block_m=gluon.block_m, block_n=gluon.block_n, num_stages=gluon.num_stages,
+                      overlap=gluon.overlap, pingpong=gluon.pingpong, persistent=gluon.persistent)
+        fields |= {name: getattr(gluon, name) for name in ("producer_regs", "consumer_regs")
+                   if getattr(gluon, name) != getattr(GluonConfig, name)}
+        return "GluonConfig(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
+
+    def from_triton(self, triton_config) -> GluonFwdConfig:
+        return from_kernel(triton_config)
+
+    def autotuned(self, configs: Sequence, key: Sequence[str]):
+        from kernel.gluon_autotune import AutotunedGluonForward
+
+        entry = AutotunedGluonForward(configs)
+
+        def tune(tensors: dict, problem: Problem) -> GluonFwdConfig:
+            t = tensors
+            entry(t["q"], t["k"], t["v"], problem.causal, out=t["out"], lse=t["lse"])
+            return from_kernel(entry.chosen(t["q"], t["k"], problem.causal))
+        return tune
+
+    def ncu_kernels(self) -> dict[str, str]:
+        return {"ours": r"^_fwd_ws_kernel\b", **self.baseline_ncu_kernels()}
+
+
+KERNEL = GluonForward()
