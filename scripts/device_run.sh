@@ -133,6 +133,8 @@ stage() {
            S=$W/speed; rm -rf "$S"; mkdir -p "$S"
            python3 -c "import pynvml; pynvml.nvmlInit(); print('NVML', pynvml.nvmlSystemGetDriverVersion())" \
              || echo "NVML missing: winners decided on the ratio to SDPA"
+           timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_clock.py > "$S/clocktest.log" 2>&1
+           echo "clock test rc=$?"; tail -3 "$S/clocktest.log"
            TRITON_CACHE_DIR=$S/triton FA2_TUNER_CACHE=$S/fa2 /usr/bin/time -f "main job wall %e s" timeout 300 \
              python3 -m tuner.sweep --gpu sm_89 --storage "sqlite:///$S/main.db" --out "$S/main" > "$S/main.log" 2>&1
            echo "main job rc=$?"; grep -vE "^\[|^compiling" "$S/main.log" | tail -32

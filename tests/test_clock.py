@@ -176,3 +176,34 @@ def test_the_deciding_figure_is_stored_and_read_back_by_the_winners(tmp_path, nv
     with sqlite3.connect(path) as connection:      # a store written before figures: decided on ms again
         connection.execute("update fa2_finalists set figures = null, figure = null")
     assert verdicts_of(db, "x", "sm_89", "g")["s"].winner.config == "lucky"
+
+
+@pytest.mark.gpu
+def test_adaptive_rounds_on_the_gpu_capture_once_read_the_clock_and_decide():
+    """Two real configs and SDPA's flash backend, each captured once, in adaptive rounds; the clock is read
+    where NVML is installed (every sample then has it, and cycles decide), else the SDPA ratio decides."""
+    from kernel.retime import Candidate
+    from kernel.timing import sdpa_backends
+    from tuner.finalists import judge_rounds
+    from tuner.kernels.triton_fwd import KERNEL, FwdConfig
+    from tuner.problem import Problem
+
+    problem = Problem(batch=2, heads=4, n_q=1024, n_k=1024, head_dim=64, dtype="bf16", causal=False)
+    sets = [KERNEL.inputs(problem, "cuda") for _ in range(4)]
+    calls = {key: [KERNEL.call(FwdConfig.parse(key), t, problem) for t in sets]
+             for key in ("128x64_w8_s3", "64x32_w4_s2")}
+    pin, sdpa = sdpa_backends([(t["q"], t["k"], t["v"]) for t in sets], False)["flash"]
+    opened = clock.sm_clock()
+    candidates = {key: Candidate(c, None, opened) for key, c in calls.items()}
+    candidates[SDPA_KEYS["flash"]] = Candidate(sdpa, pin, opened)
+    assert all(c.method == "cuda_graph" for c in candidates.values())
+    rounds = adaptive_rounds(candidates, list(calls), [SDPA_KEYS["flash"]], (100.0, 20.0, 3, 6))
+    assert 3 <= rounds.rounds <= 6 and rounds.stopped in ("separated", "quiet", "cap")
+    samples = [s for runs in rounds.samples.values() for s in runs]
+    assert all(s.ms > 0 for s in samples)
+    verdict = judge_rounds("gpu", rounds)
+    if opened is not None:
+        assert all(s.mhz and 300 < s.mhz < 3500 for s in samples) and verdict.figure == CYCLES
+    else:
+        assert all(s.mhz is None for s in samples) and verdict.figure == SDPA_RATIO
+    assert verdict.flash_ms and verdict.winner.config in calls
