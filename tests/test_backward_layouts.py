@@ -151,3 +151,36 @@ def test_the_gate_edges_are_made_of_the_largest_tiles_of_either_pass(key, edge):
     assert (tiles.block_m, tiles.block_n) == edge
     shapes = {g.name: g.problem for g in BWD.gate_shapes(Problem(1, 2, 256, 256, 16, "fp32", False), config)}
     assert shapes["one-key"].n_k == 2 * edge[1] + 1
+
+
+@pytest.mark.parametrize("persistent", [1, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_persistent_dk_dv_grid_visits_every_key_tile_of_every_head_once(device, persistent, causal):
+    """A few programs walk (key tile, head) pairs: a wrong split of the pair index leaves some
+    tiles unwritten (NaN) and others written twice."""
+    torch.manual_seed(59)
+    q, k, v = _randn(device, 2, 3, 41, 16), _randn(device, 2, 3, 75, 16), _randn(device, 2, 3, 75, 16)
+    _check(q, k, v, torch.randn_like(q), causal, block_m=16, block_n=16, persistent=persistent)
+
+
+def test_a_plan_is_never_reused_for_a_layout_it_was_not_made_for(device):
+    """The same shapes with dout contiguous, then strided: the second call needs its own strides."""
+    torch.manual_seed(61)
+    q, k, v = _randn(device, 1, 2, 35, 16), _randn(device, 1, 2, 27, 16), _randn(device, 1, 2, 27, 16)
+    dout = torch.randn_like(q)
+    for layout in ("bhnd", "bnhd", "bhnd"):
+        _check(q, k, v, _relaid(dout, layout), False, block_m=16, block_n=16, dq_mode="atomic")
+
+
+def test_the_gates_strided_case_gives_v_and_dout_layouts_unlike_k_and_out():
+    """The tuner's gate shape "short-keys" reads V and dO from [B, N, H, D] storage."""
+    from tuner.gate import GateShape
+    from tuner.problem import Problem
+
+    case = BWD.make_case(GateShape("short-keys", Problem(1, 2, 24, 8, 16, "fp32", False), strided_v=True), "cpu")
+    t = case.tensors
+    assert t["v"].stride() != t["k"].stride() and t["dout"].stride() != t["out"].stride()
+    assert t["dout"].stride(2) == 2 * 16 and t["v"].stride(2) == 2 * 16
+    assert all(t[name].is_contiguous() for name in ("dq", "dk", "dv"))
+    plain = BWD.make_case(Problem(1, 2, 24, 8, 16, "fp32", False), "cpu").tensors
+    assert plain["dout"].is_contiguous() and plain["v"].is_contiguous()
