@@ -127,7 +127,7 @@ KNOB_RULES = ["tests/test_knob_rules.py", "tests/test_budget.py::test_warp_speci
               "before_the_compiler_fails"]
 INTERFACE = ["tests/test_kernel_interface.py",
              "tests/test_emit.py::test_an_emitted_triton_config_stands_for_its_config",
-             "tests/test_backward_tuner.py::test_a_knob_fixed_on_is_asked_and_decoded_on"]
+             "tests/test_kernels.py::test_the_registry_names_the_triton_forward_by_default_and_refuses_what_it_lacks"]
 STORE = ["tests/test_store_writes.py", "tests/test_store.py"]
 OWNERS = ["tests/test_owners.py", "tests/test_search.py::test_orphans_are_found_only_for_dead_processes"]
 TIMING = ["tests/test_timing_cpu.py", "tests/test_timing.py"]

@@ -52,7 +52,8 @@ def test_a_key_with_a_tile_below_one_or_the_wrong_count_is_refused(text):
 
 @pytest.mark.parametrize("config, key", [
     (FwdConfig(128, 64, 8, 3), "128x64_w8_s3"),
-    (FwdConfig(128, 64, 8, 3, tma=True, warp_specialize=True, maxnreg=168, persistent=2), "128x64_w8_s3_tma_ws_r168_p2"),
+    (FwdConfig(128, 64, 8, 3, tma=True, warp_specialize=True, maxnreg=168, persistent=2),
+     "128x64_w8_s3_tma_ws_r168_p2"),
     (TritonBwdConfig(64, 32, 4, 2, 128, 16, 8, 1, dq_mode=1, persistent=3), "64x32_w4_s2_q128x16_w8_s1_dq1_p3"),
 ])
 def test_keys_name_every_knob_set_with_its_value_and_parse_back(config, key):
@@ -89,3 +90,16 @@ def test_a_verdict_keeping_a_config_the_list_may_not_take_gives_way_to_the_faste
     assert winners.choice(rows, "s", None, eligible={"c"}).keys == ("c",)
     assert winners.choice(rows, "t", None) is None
     assert winners.ranked(rows, "s", None, top=2) == ["a", "b"] and winners.ranked(rows, "s") == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("sampler", ["grid", "tpe"])
+def test_a_knob_fixed_on_is_asked_and_decodes_on_but_one_fixed_off_is_left_out(sampler):
+    """A knob left out of Optuna's parameters decodes as off: one fixed on must be asked."""
+    from tuner import search
+
+    on = search.distributions(BWD.space(tma=(True,)), sampler)
+    assert "tma" in on and "persistent" not in on
+    chosen = {name: (d.choices[0] if hasattr(d, "choices") else d.low) for name, d in on.items()}
+    assert search.config_of(chosen, TritonBwdConfig).tma is True
+    assert "tma" in search.distributions(BWD.space(tma=(False, True)), sampler)
+    assert "maxnreg" not in search.distributions(BWD.space(maxnreg=(0,)), sampler)
