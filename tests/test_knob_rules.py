@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tuner.gpus import GpuSpec
-from tuner.kernels import triton_bwd, triton_fwd
-from tuner.kernels._triton import TritonFeatures
+from tuner.kernels import TritonFeatures, triton_bwd, triton_fwd
 from tuner.kernels.triton_bwd import TritonBwdConfig
 from tuner.kernels.triton_fwd import WS_MIN_WARPS, FwdConfig
 
