@@ -184,3 +184,25 @@ def test_the_gates_strided_case_gives_v_and_dout_layouts_unlike_k_and_out():
     assert all(t[name].is_contiguous() for name in ("dq", "dk", "dv"))
     plain = BWD.make_case(Problem(1, 2, 24, 8, 16, "fp32", False), "cpu").tensors
     assert plain["dout"].is_contiguous() and plain["v"].is_contiguous()
+
+
+@pytest.mark.parametrize("dq_mode", ["pass", "atomic"])
+def test_every_scratch_buffer_the_launcher_allocates_may_start_as_nan(device, monkeypatch, dq_mode):
+    """delta and the fp32 dQ accumulator come from ``torch.empty``, which may hand back zeros; here
+    every one it makes is NaN, so an accumulator added into without being zeroed first shows."""
+    torch.manual_seed(67)
+    q, k, v = _randn(device, 1, 2, 37, 16), _randn(device, 1, 2, 29, 16), _randn(device, 1, 2, 29, 16)
+    dout = torch.randn_like(q)
+    out, lse = kernel.flash_attn_fwd(q, k, v, True)
+    real_empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        made = real_empty(*args, **kwargs)
+        return made.fill_(float("nan")) if made.is_floating_point() else made
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    got = kernel.flash_attn_bwd(dout, q, k, v, out, lse, True, block_m=16, block_n=16, dq_mode=dq_mode)
+    monkeypatch.undo()
+    reference, pytorchs = _expected(q, k, v, dout, True)
+    verdict = grad_accuracy(got, reference, pytorchs, q.dtype)
+    assert verdict.ok, verdict.reason
