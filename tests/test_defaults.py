@@ -49,8 +49,14 @@ def test_the_hopper_forward_defaults_are_the_measured_winners_less_what_won_with
 def _backward_defaults_table() -> dict[tuple[int, bool], str]:
     """(D, causal) -> the config column of the shipped defaults' measurement."""
     text = (RESULTS / "2026-12-01-h200-backward.md").read_text()
-    table = text[text.index("## The shipped defaults"):]
-    rows = re.findall(r"^\| (\d+) \| (no|yes) \| (\S+) \|", table, re.M)
+    lines = text[text.index("## The shipped defaults"):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| D | causal | best config |"))
+    table = []
+    for line in lines[start + 2:]:              # the first table only: later ones measure other things
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    rows = [re.match(r"\| (\d+) \| (no|yes) \| (\S+) \|", line).groups() for line in table]
     return {(int(d), causal == "yes"): name for d, causal, name in rows}
 
 
