@@ -20,7 +20,8 @@ import torch
 from kernel.gluon_checks import check_outputs, check_shapes, tma_strides
 from kernel.launch import interpreting
 
-__all__ = ["GLUON_ROUTES", "ROUTE_MIN_FLOPS", "GluonPlan", "attention_work", "default_variant", "gluon_plan", "refusal", "route_reason"]
+__all__ = ["GLUON_ROUTES", "ROUTE_MIN_FLOPS", "GluonPlan", "attention_work",
+           "default_variant", "gluon_plan", "refusal", "route_reason"]
 
 # (head dim, causal) -> the Gluon variant a default call runs on sm_90 with Triton 3.6; a pair not
 # here runs the Triton kernel. On the H200 (bf16, B4 H8 N4096, docs/results/2026-12-01-h200-gluon.md)

@@ -1,18 +1,22 @@
 """Mutation testing as a habit: realistic bugs put into the code one at a time, against the CPU suite.
 
-    python scripts/mutants.py [--only NAME ...] [--markdown docs/results/DATE-mutants.md]
+    python scripts/mutants.py [--group suite|newer|all] [--only NAME ...] [--markdown docs/results/DATE-mutants.md]
 
 Each mutant is a one-place edit that a person could make by mistake (and that changes
-behaviour: a mutant no input can tell apart from the code is replaced, not counted); it is applied to a
-copy of the repository, the tests that cover its module run there (``-x``, stop at the
-first failure), and the mutant counts as killed when they fail. The repository itself is
-never modified. Outside CI: a full run takes about 20 minutes on 2 cores.
+behaviour: a mutant no input can tell apart from the code is replaced, not counted); its text
+must occur exactly once in its file. It is applied to a copy of the repository, the tests that
+cover its module run there (``-x``, stop at the first failure), and the mutant counts as killed
+when they fail. Every test set first runs on the unmutated copy and must pass. The repository
+itself is never modified. ``--group suite`` is the suite's own list, ``newer`` issue 23's bugs
+in the newer code (the backward, knobs and defaults, the kernel interface, the store's writes,
+the timing helpers, emit). Outside CI: a full run of ``suite`` takes about 20 minutes on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -110,16 +114,23 @@ MUTANTS = [
 ]
 
 
-def run_one(name: str, file: str, before: str, after: str, tests: list[str], scratch: Path) -> tuple[bool, float, str]:
-    copy = scratch / "repo"
-    if copy.exists():
-        shutil.rmtree(copy)
-    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "fa2-out", "*.db", ".whl"))
+from mutants_newer import NEWER  # noqa: E402 (beside this file)
+
+GROUPS = {"suite": MUTANTS, "newer": NEWER, "all": MUTANTS + NEWER}
+
+
+def _apply(mutant: tuple, copy: Path) -> None:
+    """Write the mutant into the copy; its text must be there exactly once (else it is not the bug named)."""
+    name, file, before, after = mutant[:4]
     target = copy / file
     text = target.read_text()
-    if text.count(before) < 1:
-        raise SystemExit(f"mutant {name!r}: {before!r} not found in {file}")
+    if text.count(before) != 1:
+        raise SystemExit(f"mutant {name!r}: {before!r} is in {file} {text.count(before)} times, not once")
     target.write_text(text.replace(before, after))
+
+
+def _pytest(copy: Path, tests: list[str]) -> tuple[bool, float, str]:
+    """(failed, seconds, pytest's last line) of the tests in a copy of the repository."""
     env = {**os.environ, "PYTHONPATH": str(copy), "TRITON_INTERPRET": "1"}
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow and not gpu",
@@ -128,26 +139,88 @@ def run_one(name: str, file: str, before: str, after: str, tests: list[str], scr
     return result.returncode != 0, time.perf_counter() - started, lines[-1] if lines else result.stderr[-200:]
 
 
+def _fresh_copy(scratch: Path) -> Path:
+    copy = scratch / "repo"
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "fa2-out", "*.db", ".whl"))
+    return copy
+
+
+def run_one(mutant: tuple, scratch: Path) -> tuple[bool, float, str]:
+    """(killed, seconds, pytest's last line) of one mutant, applied to a fresh copy of the repository."""
+    copy = _fresh_copy(scratch)
+    _apply(mutant, copy)
+    return _pytest(copy, mutant[4])
+
+
+def check_baseline(chosen: list[tuple], scratch: Path) -> None:
+    """Every test set the mutants use passes on the unmutated code (else a failure kills nothing)."""
+    copy = _fresh_copy(scratch)
+    for tests in dict.fromkeys(tuple(m[4]) for m in chosen):
+        failed, seconds, last = _pytest(copy, list(tests))
+        print(f"baseline {seconds:5.0f} s  {', '.join(tests)}  ({last})", flush=True)
+        if failed:
+            raise SystemExit(f"the unmutated code fails {', '.join(tests)}: {last}")
+
+
+def _header(argv: list[str]) -> list[str]:
+    import platform
+
+    import torch
+    import triton
+
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return [f"Command: `python scripts/mutants.py {shlex.join(argv)}`", "",
+            f"{date}; Python {platform.python_version()}, torch {torch.__version__}, triton {triton.__version__}; "
+            f"{os.cpu_count()} CPU cores; each mutant's tests with `-x -m 'not slow and not gpu'`, "
+            f"kernels in Triton's interpreter.", ""]
+
+
+def report(rows: list[tuple], argv: list[str]) -> list[str]:
+    """The markdown: command, date and versions, the score, every mutant, and each survivor with its note."""
+    killed = sum(r[2] for r in rows)
+    lines = _header(argv) + [f"{killed} of {len(rows)} mutants killed ({100 * killed / len(rows):.0f}%).", "",
+                             "| mutant | file | result | seconds | tests |", "|---|---|---|---|---|"]
+    lines += [f"| {m[0]} | {m[1]} | {'killed' if k else '**survived**'} | {s:.0f} | "
+              f"{', '.join(t.removeprefix('tests/') for t in m[4])} |" for m, _, k, s, _ in rows]
+    survivors = [(m, last) for m, _, k, _, last in rows if not k]
+    if survivors:
+        lines += ["", "Survivors:", ""]
+        lines += [f"- {m[0]} ({m[1]}): {m[5] if len(m) > 5 else 'no test fails'}; pytest: `{last}`"
+                  for m, last in survivors]
+    return lines
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--group", choices=sorted(GROUPS), default="all",
+                        help="the suite's own mutants, issue 23's of the newer code, or all (default)")
     parser.add_argument("--only", nargs="*", help="names (substrings) of the mutants to run")
+    parser.add_argument("--check", action="store_true", help="only check that every mutant's text is there once")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTANTS if not args.only or any(o in m[0] for o in args.only)]
+    chosen = [m for m in GROUPS[args.group] if not args.only or any(o in m[0] for o in args.only)]
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        for name, file, before, after, tests in chosen:
-            killed, seconds, last = run_one(name, file, before, after, tests, Path(scratch))
-            rows.append((name, file, killed, seconds, last))
-            print(f"{'killed  ' if killed else 'SURVIVED'} {seconds:5.0f} s  {name}  ({last})", flush=True)
-    killed = sum(r[2] for r in rows)
-    lines = [f"{killed} of {len(rows)} mutants killed ({100 * killed / len(rows):.0f}%).", "",
-             "| mutant | file | result | seconds |", "|---|---|---|---|"]
-    lines += [f"| {n} | {f} | {'killed' if k else 'survived'} | {s:.0f} |" for n, f, k, s, _ in rows]
+        if args.check:
+            shutil.copytree(ROOT, Path(scratch) / "repo", ignore=shutil.ignore_patterns(".git", ".venv", ".cache"))
+            for mutant in chosen:
+                _apply(mutant, Path(scratch) / "repo")
+                shutil.copy(ROOT / mutant[1], Path(scratch) / "repo" / mutant[1])
+            print(f"{len(chosen)} mutants, each text found once")
+            return 0
+        check_baseline(chosen, Path(scratch))
+        for mutant in chosen:
+            killed, seconds, last = run_one(mutant, Path(scratch))
+            rows.append((mutant, mutant[1], killed, seconds, last))
+            print(f"{'killed  ' if killed else 'SURVIVED'} {seconds:5.0f} s  {mutant[0]}  ({last})", flush=True)
+    lines = report(rows, argv)
     print("\n".join(lines))
     if args.markdown:
         args.markdown.write_text("\n".join(lines) + "\n")
-    return 0 if killed == len(rows) else 1
+    return 0 if all(r[2] for r in rows) else 1
 
 
 if __name__ == "__main__":
