@@ -156,16 +156,16 @@ def test_a_worker_times_every_set_and_takes_the_host_time_of_a_users_allocating_
     fake = FakeKernel(n_sets=5)
     bench = runner.WorkerBench(fake, [problem], (3, 17), "cuda")
     seen = {}
-    monkeypatch.setattr(timing, "gpu_time", lambda calls, rep, warm: seen.update(
+    monkeypatch.setattr(timing, "gpu_time", lambda calls, rep, warm, clock=None: seen.update(
         gpu=[c.reads for c in calls], allocating=[c.allocate for c in calls], rep=rep, warm=warm)
-        or timing.Timing(0.125, timing.GRAPH))
+        or timing.Timing(0.125, timing.GRAPH, 1800.0))
     monkeypatch.setattr(timing, "host_us", lambda call, calls, batches: seen.update(
         host=(call.reads, call.allocate, calls, batches)) or 42.0)
     config = FwdConfig(16, 16, 1, 1)
-    assert bench._time(problem, config) == (0.125, timing.GRAPH, 42.0)
+    assert bench._time(problem, config) == (0.125, timing.GRAPH, 42.0, 1800.0)   # the clock read with it
     assert seen["gpu"] == [0, 1, 2, 3, 4] and seen["allocating"] == [False] * 5
     assert (seen["rep"], seen["warm"]) == (17, 3)
     assert seen["host"] == (0, True, runner.HOST_CALLS, 2)
     assert all(c.config is config for c in fake.made)
     seen.clear()
-    assert bench._time(problem, config, host=False) == (0.125, timing.GRAPH, None) and "host" not in seen
+    assert bench._time(problem, config, host=False) == (0.125, timing.GRAPH, None, 1800.0) and "host" not in seen
