@@ -162,9 +162,9 @@ def scores(rows: list[Result]) -> dict[str, float]:
 def fastest_first(timed: list[Result]) -> list[Result]:
     """Timed rows best first: by cycles where every one of them has its clock (:mod:`kernel.clock`),
     so a row timed while the clock was high does not beat one timed while it was low; else by ms."""
-    if timed and all(r.cycles for r in timed):
-        return sorted(timed, key=lambda r: (r.cycles, r.config))
-    return sorted(timed, key=lambda r: (r.ms, r.config))
+    if timed and all(r.cycles for r in timed):       # ties keep the rows' order (a binary's twins tie)
+        return sorted(timed, key=lambda r: r.cycles)
+    return sorted(timed, key=lambda r: r.ms)
 
 
 WARM_PER_GROUP, WARM_MOST = 3, 8
