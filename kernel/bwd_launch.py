@@ -17,7 +17,7 @@ from dataclasses import replace
 import torch
 import triton
 
-from kernel.checks import check_inputs, is_count, is_pow2, tma_misfit
+from kernel.checks import as_int, check_inputs, is_count, is_pow2, register_cap, tma_misfit
 from kernel.flash_bwd import (
     DQ_MODES,
     PREPROCESS_BLOCK,
@@ -39,6 +39,7 @@ from kernel.launch import (
     sm_count,
     use_tma_allocator,
 )
+from kernel.overlap import OverlapCheck
 
 # Each kernel's argument list and the tensors it takes, by the plan's names for them: the launcher
 # and the tuner's cross-compile both build a kernel's arguments from here (fp32: FP32_TENSORS).
@@ -97,32 +98,33 @@ def default_bwd_config(head_dim: int, causal: bool = False, capability: int | No
 # ------------------------------------------------------------------------------ checks
 
 
-def check_bwd_config(config: BwdConfig) -> None:
-    """Raise ValueError / TypeError naming the first bad field of a backward config."""
+def check_bwd_config(config: BwdConfig) -> BwdConfig:
+    """``config`` in Python ints (integers of any kind taken, bools refused), ``maxnreg`` 0 as None (no
+    cap); ValueError / TypeError naming the first bad field."""
+    ints = {}
     for name in ("block_m", "block_n", "block_m_q", "block_n_q"):
-        value = getattr(config, name)
+        value = ints[name] = as_int(name, getattr(config, name), "a power of two >= 16")
         if not is_count(value, 16) or not is_pow2(value):
             raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
     for name in ("num_warps", "num_warps_q"):
-        value = getattr(config, name)
+        value = ints[name] = as_int(name, getattr(config, name), "a power of two from 1 to 32")
         if not is_count(value, 1) or not is_pow2(value) or value > 32:
             raise ValueError(f"{name}={value!r} must be a power of two from 1 to 32")
     for name in ("num_stages", "num_stages_q"):
-        if not is_count(getattr(config, name), 1):
+        if not is_count(ints.setdefault(name, as_int(name, getattr(config, name), ">= 1")), 1):
             raise ValueError(f"{name}={getattr(config, name)!r} must be an integer >= 1")
-    if config.dq_mode not in DQ_MODES:
+    if not isinstance(config.dq_mode, str) or config.dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode={config.dq_mode!r} must be one of {', '.join(DQ_MODES)}")
     if config.tma is not True and config.tma is not False:
         raise TypeError(f"tma must be True or False; got {config.tma!r}")
-    cap = config.maxnreg
-    if cap is not None and not (is_count(cap, 24) and cap <= 255 and cap % 8 == 0):
-        raise ValueError(f"maxnreg={cap!r} must be None or a multiple of 8 from 24 to 255 (registers per thread)")
-    if not is_count(config.persistent, 0):
+    persistent = as_int("persistent", config.persistent, "0, or the programs per SM")
+    if not is_count(persistent, 0):
         raise ValueError(f"persistent={config.persistent!r} must be 0 (a program per tile) or programs per SM")
     if config.overlap is not True and config.overlap is not False:
         raise TypeError(f"overlap must be True or False; got {config.overlap!r}")
     if config.overlap and config.dq_mode != "pass":
         raise ValueError(f"overlap=True needs dq_mode='pass' (a second kernel to overlap); got {config.dq_mode!r}")
+    return replace(config, **ints, maxnreg=register_cap(config.maxnreg), persistent=persistent)
 
 
 def _check_like(t, name: str, like: torch.Tensor) -> None:
@@ -147,8 +149,9 @@ def _check_tma(config: BwdConfig, tensors) -> None:
             raise ValueError(misfit)
 
 
-def check_bwd_inputs(dout, q, k, v, out, lse, causal: bool, config: BwdConfig) -> None:
-    """Every check a first call makes; raises TypeError or ValueError naming the bad input."""
+def check_bwd_inputs(dout, q, k, v, out, lse, causal: bool, config: BwdConfig) -> BwdConfig:
+    """Every check a first call makes; raises TypeError or ValueError naming the bad input. Returns
+    the config in Python ints (:func:`check_bwd_config`)."""
     check_inputs(q, k, v, causal)
     _check_like(dout, "dout", q)
     _check_like(out, "out", q)
@@ -158,8 +161,9 @@ def check_bwd_inputs(dout, q, k, v, out, lse, causal: bool, config: BwdConfig) -
                          + (f" {lse.dtype}" if isinstance(lse, torch.Tensor) else ""))
     if lse.device != q.device:
         raise ValueError(f"lse is on {lse.device}, q on {q.device}; they must share a device")
-    check_bwd_config(config)
+    config = check_bwd_config(config)
     _check_tma(config, (("q", q), ("k", k), ("v", v), ("dout", dout)))
+    return config
 
 
 # ---------------------------------------------------------------------------- plans
@@ -228,6 +232,7 @@ class BwdPlan:
         if self.overlap:     # this plan's own side stream and fork/join events, made once
             self.side = _side_stream(q.device)
             self.fork, self.join = torch.cuda.Event(), torch.cuda.Event()
+        self.apart = None           # an OverlapCheck of the given gradients (bwd_plan_for)
 
     def _units(self, config: BwdConfig, bh: int, sms: int) -> list[_Unit]:
         shape = self.shape
@@ -245,6 +250,8 @@ class BwdPlan:
         return units
 
     def __call__(self, dout, q, k, v, out, lse, dq=None, dk=None, dv=None):
+        if self.apart is not None and (dq is not None or dk is not None or dv is not None):
+            self.apart(*(t for t in (dq, dk, dv) if t is not None), dout, q, k, v, out, lse)
         if self.copies:
             q, k, v, dout, out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, dout, out))
         shape = self.shape
@@ -305,8 +312,8 @@ def _plan_key(config, causal, tensors) -> tuple:
 
 
 def _check_grads(grads, q, k, v) -> None:
-    """Gradients a caller gives: like q, k and v, contiguous, and none of them an input (they are
-    written while the inputs are still read)."""
+    """Gradients a caller gives: like q, k and v, and contiguous (their memory apart from the inputs':
+    :class:`kernel.overlap.OverlapCheck`, per call)."""
     for name, given, like in zip(("dq", "dk", "dv"), grads, (q, k, v)):
         if given is None:
             continue
@@ -325,11 +332,16 @@ def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads
         key = None
 
     def make() -> BwdPlan:
-        check_bwd_inputs(dout, q, k, v, out, lse, causal, config)
+        checked = check_bwd_inputs(dout, q, k, v, out, lse, causal, config)
         _check_grads(grads, q, k, v)
-        if config.tma or config.dq_mode == "tma":
+        if checked.tma or checked.dq_mode == "tma":
             use_tma_allocator()
-        return BwdPlan(config, q, k, v, dout, out, causal)
+        plan = BwdPlan(checked, q, k, v, dout, out, causal)
+        # Given gradients may share memory with no input and no other gradient (checked per call: the
+        # key holds no pointers). Even dq = q is refused: the kernels' order of reads is theirs to change.
+        plan.apart = OverlapCheck(zip(("dq", "dk", "dv"), grads),
+                                  (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)))
+        return plan
 
     return cached_plan(key, make)
 

@@ -6,12 +6,14 @@ which take the same q, k, v; each error names the input and what is allowed.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from kernel.launch import interpreting
 
-__all__ = ["DTYPES", "HEAD_DIMS", "check_inputs", "check_output", "check_outputs", "check_tma_layout", "is_count",
-           "is_pow2", "tma_misfit"]
+__all__ = ["DTYPES", "HEAD_DIMS", "as_int", "check_inputs", "check_output", "check_outputs", "check_tma_layout",
+           "is_count", "is_pow2", "register_cap", "tma_misfit"]
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -27,6 +29,41 @@ def is_count(value, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
+def as_int(name: str, value, allowed: str) -> int:
+    """``value`` as a Python int when it is an integer of any kind (``np.int64(64)``, a 0-dim integer
+    tensor), else ValueError naming ``name`` and ``allowed``. A bool is refused, never taken as 0 or 1."""
+    if isinstance(value, bool) or "bool" in type(value).__name__ or getattr(value, "dtype", None) == torch.bool:
+        raise ValueError(f"{name}={value!r} must be an int ({allowed}), not a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name}={value!r} must be an int ({allowed}); got {type(value).__name__}") from None
+
+
+def register_cap(value) -> int | None:
+    """``maxnreg`` as the launchers take it: None or 0 is no cap (as in study files), else a multiple of
+    8 from 24 to 255 registers per thread; ValueError otherwise."""
+    allowed = "None or 0 for no cap, or a multiple of 8 from 24 to 255 registers per thread"
+    if value is None:
+        return None
+    cap = as_int("maxnreg", value, allowed)
+    if cap != 0 and not (24 <= cap <= 255 and cap % 8 == 0):
+        raise ValueError(f"maxnreg={value!r} must be None or a multiple of 8 from 24 to 255 (registers per "
+                         "thread), or 0 for no cap")
+    return cap or None
+
+
+def _check_device(name: str, t: torch.Tensor) -> None:
+    """CUDA tensors, or CPU tensors under the interpreter; a meta tensor (no data) or another device never."""
+    if t.device.type == "cuda" or (t.device.type == "cpu" and interpreting()):
+        return
+    if t.device.type == "cpu":
+        raise ValueError(f"{name} is on {t.device}; the kernel needs CUDA tensors "
+                         "(or TRITON_INTERPRET=1 set before importing kernel, to run on the CPU)")
+    raise ValueError(f"{name} is on the {t.device.type!r} device; the kernel runs on CUDA tensors (or on CPU "
+                     f"tensors under TRITON_INTERPRET=1){': meta tensors hold no data' if t.is_meta else ''}")
+
+
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> None:
     """Raise TypeError or ValueError, naming the input, unless q, k, v and causal can be launched."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -36,9 +73,7 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
             raise ValueError(f"{name} must be [B, H, N, D] or [B, N, D]; got {t.ndim} dims, shape {tuple(t.shape)}")
         if t.dtype not in DTYPES:
             raise TypeError(f"{name}.dtype is {t.dtype}; supported: float32, float16, bfloat16")
-        if t.device.type != "cuda" and not interpreting():
-            raise ValueError(f"{name} is on {t.device}; the kernel needs CUDA tensors "
-                             "(or TRITON_INTERPRET=1 set before importing kernel, to run on the CPU)")
+        _check_device(name, t)
     if causal is not True and causal is not False:
         raise TypeError(f"causal must be True or False; got {causal!r} ({type(causal).__name__})")
     if not (q.ndim == k.ndim == v.ndim):

@@ -352,7 +352,7 @@ class BwdConfig:
 
     ``block_m``, ``block_n``, ``num_warps``, ``num_stages``: the dK/dV kernel's query tile, key
     tile and launch options; ``block_m_q``, ``block_n_q``, ``num_warps_q``, ``num_stages_q``:
-    the dQ pass's (``dq_mode="pass"`` only). ``maxnreg`` (None: no cap) caps the registers of
+    the dQ pass's (``dq_mode="pass"`` only). ``maxnreg`` (None or 0: no cap) caps the registers of
     both; ``persistent`` is the dK/dV kernel's programs per SM (0: one per key tile); ``overlap``
     runs the dQ pass on a second stream beside the dK/dV kernel (``dq_mode="pass"`` only).
     """

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernel.checks import check_inputs, check_outputs, check_tma_layout, is_count, is_pow2
+from kernel.checks import as_int, check_inputs, check_outputs, check_tma_layout, is_count, is_pow2, register_cap
 from kernel.gluon_route import gluon_plan
 from kernel.launch import (
     LaunchPlan,
@@ -249,22 +249,22 @@ LAUNCH = LaunchSpec(kernel_arguments, KNOB_CONSTEXPRS, COMPILE_OPTIONS)
 
 
 def check_config(block_m: int, block_n: int, num_warps: int, num_stages: int, tma: bool = False,
-                  warp_specialize: bool = False, maxnreg: int | None = None, persistent: int = 0) -> None:
-    """Raise TypeError or ValueError, naming the value, unless the kernel can run this config."""
+                 warp_specialize: bool = False, maxnreg: int | None = None, persistent: int = 0) -> tuple:
+    """The config in Python ints (any integer kind; no bool), or TypeError/ValueError naming the value."""
+    block_m, block_n = (as_int(n, v, "a power of two >= 16") for n, v in (("block_m", block_m), ("block_n", block_n)))
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         if not is_pow2(value) or value < 16:
             raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
-    if not is_pow2(num_warps) or num_warps > 32:
+    if not is_pow2(num_warps := as_int("num_warps", num_warps, "a power of two from 1 to 32")) or num_warps > 32:
         raise ValueError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
-    if not is_count(num_stages, 1):
+    if not is_count(num_stages := as_int("num_stages", num_stages, ">= 1"), 1):
         raise ValueError(f"num_stages={num_stages!r} must be an integer >= 1")
     for name, value in (("tma", tma), ("warp_specialize", warp_specialize)):
         if value is not True and value is not False:
             raise TypeError(f"{name} must be True or False; got {value!r}")
-    if maxnreg is not None and not (is_count(maxnreg, 24) and maxnreg <= 255 and maxnreg % 8 == 0):
-        raise ValueError(f"maxnreg={maxnreg!r} must be None or a multiple of 8 from 24 to 255 (registers per thread)")
-    if not is_count(persistent, 0):
+    if not is_count(persistent := as_int("persistent", persistent, "0, or the programs per SM"), 0):
         raise ValueError(f"persistent={persistent!r} must be 0 (a program per tile) or the programs per SM (1, 2, ...)")
+    return block_m, block_n, num_warps, num_stages, tma, warp_specialize, register_cap(maxnreg), persistent
 
 
 def default_config(head_dim: int, causal: bool = False, capability: int | None = None) -> dict:
@@ -334,8 +334,7 @@ def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse) -> La
     if config is not None:
         if None in config[:4]:  # only untuned calls ask the device for defaults
             config = _with_defaults(config, q, k, v, causal)
-        block_m, block_n, num_warps, num_stages, tma, warp_specialize, maxnreg, persistent = config
-        check_config(*config)
+        block_m, block_n, num_warps, num_stages, tma, warp_specialize, maxnreg, persistent = config = check_config(*config)
         if tma:
             check_tma_layout(q, k, v)
             use_tma_allocator()
@@ -350,11 +349,12 @@ def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse) -> La
 def plan_for(kernel, config: tuple | None, q, k, v, causal=False, out=None, lse=None) -> LaunchPlan:
     """The cached plan for this call, made (and every input checked) on first sight.
 
-    ``config`` is (block_m, block_n, num_warps, num_stages[, tma, warp_specialize, maxnreg,
-    persistent]); missing knobs take their defaults. None: an autotuner picks.
+    ``config`` is (block_m, block_n, num_warps, num_stages[, tma, warp_specialize, maxnreg, persistent]);
+    missing knobs take their defaults, maxnreg 0 is None (no cap, as in study files). None: an autotuner picks.
     """
-    if config is not None and len(config) < len(KNOB_DEFAULTS):
-        config = tuple(config) + KNOB_DEFAULTS[len(config):]
+    if config is not None:
+        config = (*config, *KNOB_DEFAULTS[len(config):])
+        config = (*config[:6], register_cap(config[6]), *config[7:])
     try:
         key = plan_key(kernel, q, k, v, causal, config, out, lse)
     except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
@@ -382,7 +382,7 @@ def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
             falls back to plain loads. Needs 16-byte aligned heads and row strides.
         warp_specialize: let the compiler split the unmasked key loop into producer and
             consumer warps (``tl.range(..., warp_specialize=True)``); Hopper and later.
-        maxnreg: cap on registers per thread, or None for the compiler's choice.
+        maxnreg: cap on registers per thread, or None (or 0) for the compiler's choice.
         persistent: 0 for a program per query tile, else this many programs per SM,
             each looping over tiles (causal: the heaviest tiles first).
         out, lse: optional preallocated outputs (shapes as returned); tests fill

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 import triton
 
+from kernel.overlap import OverlapCheck
+
 __all__ = ["PLANS", "LaunchPlan", "LaunchShape", "LaunchSpec", "cached_plan", "current_device", "current_stream",
            "device_capability", "direct_runner", "hooks_busy", "interpreting", "plan_key", "sm_count", "tma_scratch",
            "use_tma_allocator"]
@@ -170,6 +172,11 @@ class LaunchPlan:
             self._grid(block_m, launch.get("PERSISTENT", 0)) if block_m else (None, batch * heads))
         self.compiled = self._run = self.scalars = None
         self._device_index = q.device.index
+        # Given outputs must not share memory with q, k, v (checked per call: the key holds no pointers).
+        # out may be q itself under a fixed config: each program loads its query rows before it stores
+        # them, and no other program touches them. Not under an autotuner, which reruns the kernel.
+        self._apart = OverlapCheck((("out", out), ("lse", lse)), (("q", q), ("k", k), ("v", v)),
+                                   {("out", "q")} if launch else ())
 
     def _grid(self, block_m: int, persistent: int) -> tuple[int, int]:
         """A program per (query tile, batch x head), or ``persistent`` programs per SM."""
@@ -179,6 +186,8 @@ class LaunchPlan:
         return tiles, heads
 
     def __call__(self, q, k, v, out=None, lse=None):
+        if out is not None or lse is not None:
+            self._apart(*(t for t in (out, lse) if t is not None), q, k, v)
         if self.copy_inputs:
             q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
         if out is None:
