@@ -9,13 +9,17 @@ small. One roofline page per study places each timed config's TFLOP/s against th
 compute and bandwidth ceilings of the GPU that ran it (and each profiled kernel at its
 measured DRAM bytes). One profile page per profiled shape (:mod:`tuner.profile`). ``index.html`` links them all.
 Pages load ``plotly.min.js`` from beside them (written there from the installed plotly),
-so they open without a network.
+so they open without a network; until plotly has loaded a page shows a note saying it needs it. A
+budget-only run's pages (no GPU timed a config) colour the configs that fit by the shared memory
+they use against the target's limit, registers or spills (:mod:`tuner.dashboard._budget_map`).
 """
 
+from tuner.dashboard._budget_map import BUDGET_METRICS, CELL_PX, budget_heatmap
 from tuner.dashboard._cli import main
 from tuner.dashboard._heatmap import MAX_VARIANTS, drawn_variants, heatmap, page_name
-from tuner.dashboard._pages import build_all
+from tuner.dashboard._pages import build_all, store_name, with_plotly_note
 from tuner.dashboard._roofline import intensity, profiled_point, roof_tflops, roofline
 
-__all__ = ["MAX_VARIANTS", "build_all", "drawn_variants", "heatmap", "intensity", "main", "page_name", "profiled_point",
-           "roof_tflops", "roofline"]
+__all__ = ["BUDGET_METRICS", "CELL_PX", "MAX_VARIANTS", "budget_heatmap", "build_all", "drawn_variants", "heatmap",
+           "intensity", "main", "page_name", "profiled_point", "roof_tflops", "roofline", "store_name",
+           "with_plotly_note"]

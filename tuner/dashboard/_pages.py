@@ -6,6 +6,7 @@ import html
 from collections import defaultdict
 from pathlib import Path
 
+from tuner.dashboard._budget_map import FITS, budget_heatmap, is_budget_only
 from tuner.dashboard._heatmap import _slug, heatmap, page_name
 from tuner.dashboard._profile_page import profile_page, profile_page_name
 from tuner.dashboard._roofline import roofline
@@ -16,8 +17,36 @@ from tuner.winners import verdicts_of
 DEFAULT_DIR = Path(DEFAULT_OUT) / "dashboards"
 
 
+# Shown until plotly.js has loaded (a page without it is blank, with no hint why); the script at the
+# end of the body removes it once window.Plotly exists. {where}: where the page loads plotly from.
+PLOTLY_NOTE = ('<div id="fa2-plotly-note" style="font:14px sans-serif;margin:12px;padding:8px 12px;'
+               'background:#fff3cd;border:1px solid #e0c36b;max-width:60em">This page draws its charts with '
+               'plotly.js, {where}. If this note stays, plotly did not load and the charts stay blank.</div>\n'
+               '<noscript><p style="font:14px sans-serif;margin:12px">This page draws its charts with JavaScript '
+               '(plotly.js); turn JavaScript on to see them.</p></noscript>\n')
+PLOTLY_WHERE = {
+    "cdn": "loaded from plotly's CDN (cdn.plot.ly), so it needs a network; for pages that open offline, rebuild "
+           "them with python -m tuner.dashboard, which writes plotly.min.js beside them",
+    "directory": "loaded from plotly.min.js in this page's folder (keep the two together)",
+}
+HIDE_NOTE = ("<script>if (window.Plotly) { var note = document.getElementById('fa2-plotly-note'); "
+             "if (note) note.remove(); }</script>\n")
+
+
+def with_plotly_note(page: str, plotlyjs: str) -> str:
+    """``page`` (plotly's full HTML) with :data:`PLOTLY_NOTE` after ``<body>`` and the script that hides it
+    before ``</body>``; a page that has the note already is returned as it is."""
+    if 'id="fa2-plotly-note"' in page:
+        return page
+    note = PLOTLY_NOTE.format(where=PLOTLY_WHERE[plotlyjs])
+    head, body = page.split("<body>", 1)
+    body, tail = body.rsplit("</body>", 1)
+    return f"{head}<body>\n{note}{body}{HIDE_NOTE}</body>{tail}"
+
+
 def _write(fig, path: Path, plotlyjs: str) -> None:
-    fig.write_html(path, include_plotlyjs=plotlyjs, full_html=True)
+    fig.write_html(path, include_plotlyjs=plotlyjs, full_html=True)      # "directory" writes plotly.min.js too
+    path.write_text(with_plotly_note(path.read_text(encoding="utf-8"), plotlyjs), encoding="utf-8")
 
 
 def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | None = None,
@@ -45,9 +74,10 @@ def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | Non
         if (study, target, gpu) not in verdicts:
             verdicts[(study, target, gpu)] = verdicts_of(db, study, target, gpu)
         name = page_name(study, shape, target, gpu)
-        _write(heatmap(group, verdicts[(study, target, gpu)].get(shape)), directory / name, plotlyjs)
+        figure, label = _heatmap_page(group, verdicts[(study, target, gpu)].get(shape))
+        _write(figure, directory / name, plotlyjs)
         written.append(directory / name)
-        index[study].append((name, f"{shape} · target {target} · {gpu}"))
+        index[study].append((name, label))
     profiles: dict[tuple, list[Profile]] = defaultdict(list)
     for profile in db.profiles():
         if not studies or profile.study in studies:
@@ -64,6 +94,15 @@ def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | Non
         index[study].insert(0, (name, f"roofline · target {target} · {gpu}"))
     written.append(_index(directory, index, db.url))
     return written
+
+
+def _heatmap_page(group: list[Result], verdict) -> tuple:
+    """(the figure, its label in the index) of one group's heatmap: a budget-only one where no GPU timed it."""
+    first = group[0]
+    if is_budget_only(group):
+        fits = sum(1 for r in group if r.status in FITS)
+        return budget_heatmap(group), f"{first.shape} · target {first.target} · budget only: {fits} of {len(group)} fit"
+    return heatmap(group, verdict), f"{first.shape} · target {first.target} · {first.gpu}"
 
 
 def _profile_pages(directory: Path, profiles: dict[tuple, list[Profile]], index: dict, plotlyjs: str,
@@ -84,6 +123,17 @@ def _profile_pages(directory: Path, profiles: dict[tuple, list[Profile]], index:
     return written
 
 
+def store_name(url: str) -> str:
+    """The store as the index names it, with nothing of the machine that made it: a SQLite file by its
+    name alone (not its folder), another database by its kind and name (no host, user or password)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return f"the SQLite store {Path(parsed.database or '').name}"
+    return f"a {parsed.get_backend_name()} store ({parsed.database or 'default database'})"
+
+
 def _index(directory: Path, index: dict[str, list[tuple[str, str]]], url: str) -> Path:
     items = "\n".join(
         f"<h2>{html.escape(study)}</h2>\n<ul>\n" + "\n".join(
@@ -92,8 +142,9 @@ def _index(directory: Path, index: dict[str, list[tuple[str, str]]], url: str) -
     path = directory / "index.html"
     path.write_text(
         "<!doctype html>\n<html><head><meta charset='utf-8'><title>fa2-tuner dashboards</title></head>\n<body>\n"
-        f"<h1>fa2-tuner dashboards</h1>\n<p>From {html.escape(url)}. Heatmaps: BLOCK_M down, BLOCK_N across, "
-        "one panel per warps and stages; grey cells were rejected, labelled with the reason. Profile pages: "
+        f"<h1>fa2-tuner dashboards</h1>\n<p>From {html.escape(store_name(url))}. Heatmaps: BLOCK_M down, BLOCK_N "
+        "across, one panel per warps and stages; grey cells were rejected, labelled with the reason. Budget-only "
+        "pages (no GPU timed the configs) colour those that fit by shared memory, registers or spills. Profile pages: "
         "Nsight Compute counters of each shape's best configs beside SDPA (python -m tuner.profile).</p>\n"
         f"{items}\n</body></html>\n")
     return path
