@@ -43,6 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# More compiles than this are announced before they start (each is seconds of a core the first time).
+MANY_COMPILES = 20
+
+
+def _warn_of_compiles(kernel, configs: list, problem: Problem, gpu: GpuSpec) -> None:
+    """Say on stderr, before it starts, that a run is about to compile many configs on this CPU."""
+    to_compile = sum(1 for c in configs if kernel.restriction(c, problem.head_dim) is None
+                     and kernel.budget_rule(c, gpu) is None)
+    if to_compile > MANY_COMPILES:
+        print(f"warning: compiling {to_compile} of {len(configs)} configs for {gpu.name} on this machine's CPU (the "
+              "rest fail the restrictions or the knob rules): minutes on a few cores the first time, cached after; "
+              "--config BM,BN,WARPS,STAGES judges one config, --model-only compiles nothing", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -71,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\rcompiling for {gpu.name}: {done}/{total}", end="" if done < total else "\n",
                   file=sys.stderr, flush=True)
 
+    if not args.model_only:
+        _warn_of_compiles(kernel, configs, problem, gpu)
     results = check_many(configs, problem, gpu, compile=not args.model_only, jobs=args.jobs, progress=progress)
     fitting = sum(r.launchable for r in results)
     if args.json:
