@@ -251,7 +251,7 @@ class BwdPlan:
 
     def __call__(self, dout, q, k, v, out, lse, dq=None, dk=None, dv=None):
         if self.apart is not None and (dq is not None or dk is not None or dv is not None):
-            self.apart(*(t for t in (dq, dk, dv) if t is not None), dout, q, k, v, out, lse)
+            self.apart(dq, dk, dv, dout, q, k, v, out, lse)
         if self.copies:
             q, k, v, dout, out = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, dout, out))
         shape = self.shape

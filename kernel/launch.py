@@ -187,7 +187,7 @@ class LaunchPlan:
 
     def __call__(self, q, k, v, out=None, lse=None):
         if out is not None or lse is not None:
-            self._apart(*(t for t in (out, lse) if t is not None), q, k, v)
+            self._apart(out, lse, q, k, v)
         if self.copy_inputs:
             q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
         if out is None:
