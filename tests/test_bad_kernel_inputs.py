@@ -212,12 +212,14 @@ def test_a_cached_plan_still_checks_the_pointers(device):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("persistent", [0, 1, 2])
-def test_out_equal_to_q_is_right_in_every_tile_order(device, causal, persistent):
+@pytest.mark.parametrize("tma", [False, True])
+def test_out_equal_to_q_is_right_in_every_tile_order(device, causal, persistent, tma):
     """``out=q`` under a fixed config: each program reads its query rows before it stores the same rows,
     and no other program touches them, in any tile order (causal reverses it; persistent programs walk
-    several tiles). Bug caught: refusing it, or a kernel that rereads q after storing."""
+    several tiles; on a GPU, compiled with TMA loads of K and V too). Bug caught: refusing it, or a
+    kernel that rereads q after storing."""
     q, k, v = _qkv(device, n_q=45, n_k=37)
-    config = TILES | dict(persistent=persistent)
+    config = TILES | dict(persistent=persistent, tma=tma)
     expected, expected_lse = kernel.flash_attn_fwd(q, k, v, causal, **config)
     in_place = q.clone()
     got, lse = kernel.flash_attn_fwd(in_place, k, v, causal, **config, out=in_place)
