@@ -21,12 +21,19 @@ from tuner.status import Status
 from tuner.store import Result
 
 FITS = (Status.PENDING, Status.FITS, Status.SPILLS)
+# ColorBrewer's Blues, Oranges and Reds without their near-white ends, so that no fitting cell looks like
+# the grey of a rejected one.
+BLUES = [[0, "#c6dbef"], [0.33, "#6baed6"], [0.67, "#2171b5"], [1, "#08306b"]]
+ORANGES = [[0, "#fdd0a2"], [0.33, "#fd8d3c"], [0.67, "#d94801"], [1, "#7f2704"]]
+REDS = [[0, "#fcbba1"], [0.33, "#fb6a4a"], [0.67, "#cb181d"], [1, "#67000d"]]
 # Colour of the configs that fit: (button label, colour bar title, colour scale, cell label).
 BUDGET_METRICS = {
-    "smem_pct": ("shared memory", "shared memory used,<br>% of the target's limit", "Blues",
+    "smem_pct": ("shared memory", "shared memory used,<br>% of the target's limit", BLUES,
                  lambda r: f"{(r.smem_bytes or r.model_smem_bytes or 0) // 1024}K"),
-    "registers": ("registers", "registers per thread", "Oranges", lambda r: f"{r.registers or 0}"),
-    "spill_bytes": ("spills", "bytes spilled per thread<br>(0: none)", "Reds", lambda r: f"{r.spill_bytes or 0}"),
+    "registers": ("registers", "registers per thread", ORANGES,
+                  lambda r: f"{r.registers or 0}"),
+    "spill_bytes": ("spills", "bytes spilled per thread<br>(0: none)", REDS,
+                    lambda r: f"{r.spill_bytes or 0}"),
 }
 CELL_PX = 46           # wide enough for a 7-letter reason at 9 px, so labels never run into the next cell
 LEGEND = ("<b>Colour</b>: fits {target} (no GPU timed it): shared memory used against {target}'s limit per "
@@ -84,7 +91,7 @@ def _metric_buttons(z_by_metric: dict, text_by_metric: dict, coloured_traces: li
         {"coloraxis.colorbar.title.text": title, "coloraxis.colorscale": scale,
          "coloraxis.cmin": ranges[metric][0], "coloraxis.cmax": ranges[metric][1]}, coloured_traces])
         for metric, (label, title, scale, _) in BUDGET_METRICS.items()]
-    return dict(type="buttons", direction="right", x=0.0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=10),
+    return dict(type="buttons", direction="right", x=0.0, xanchor="left", y=1.0, yanchor="bottom", pad=dict(b=34),
                 buttons=buttons, showactive=True)
 
 
@@ -122,10 +129,11 @@ def budget_heatmap(rows: list[Result]):
         fig.update_xaxes(title_text="BLOCK_N", row=len(warps), col=j)
     values = {m: [v for r in rows if (v := budget_value(r, m)) is not None] for m in BUDGET_METRICS}
     ranges = {m: (min(v, default=0), max(max(v, default=1), min(v, default=0) + 1)) for m, v in values.items()}
+    ranges["smem_pct"] = (0, 100)           # against the limit: a full block is the darkest
     coloured_traces = [2 * k + 1 for k in range(len(variants) * len(warps) * len(stages))]
     menus = [_metric_buttons(z_by_metric, text_by_metric, coloured_traces, ranges)]
     if len(variants) > 1:
-        menus.append(_variant_menu(variants, shown, 2 * len(warps) * len(stages)) | dict(pad=dict(b=10)))
+        menus.append(_variant_menu(variants, shown, 2 * len(warps) * len(stages)) | dict(pad=dict(b=34)))
     target = rows[0].target
     width = max(CELL_PX * len(block_n) * len(stages) + 300, 1000 if len(variants) > 1 else 900)
     fig.update_layout(
