@@ -338,7 +338,8 @@ def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads
             use_tma_allocator()
         plan = BwdPlan(checked, q, k, v, dout, out, causal)
         # Given gradients may share memory with no input and no other gradient (checked per call: the
-        # key holds no pointers). Even dq = q is refused: the kernels' order of reads is theirs to change.
+        # key holds no pointers). Even dq = q: with overlap=True the dQ pass writes dq beside the dK/dV kernel,
+        # which still reads every q tile.
         plan.apart = OverlapCheck(zip(("dq", "dk", "dv"), grads),
                                   (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)))
         return plan

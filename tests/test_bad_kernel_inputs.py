@@ -253,8 +253,8 @@ BWD_ALIASES = [("dq", "k"), ("dk", "q"), ("dv", "dout"), ("dk", "k"), ("dv", "v"
 @pytest.mark.parametrize("grad, alias", BWD_ALIASES, ids=[f"{g}={a}" for g, a in BWD_ALIASES])
 def test_a_gradient_in_an_input_is_refused_and_nothing_is_written(device, grad, alias):
     """Bug caught: ``dq=k``, ``dk=q``, ``dv=dout`` give wrong gradients (about 1.0 off) with nothing raised.
-    ``dk=k``, ``dv=v``, ``dq=q`` happen to come out right in today's kernel order, and are refused too:
-    that order is the kernels' to change."""
+    ``dk=k``, ``dv=v``, ``dq=q`` happen to come out right with the passes run in order, and are refused
+    too: with ``overlap=True`` the dQ pass writes dq while the dK/dV kernel still reads q."""
     q, k, v = _qkv(device)
     out, lse = kernel.flash_attn_fwd(q, k, v, **TILES)
     dout = torch.randn_like(q)
