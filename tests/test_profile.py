@@ -289,11 +289,11 @@ def test_the_command_line_refuses_what_it_cannot_do_with_exit_2(hand_store, fake
          "no such database file"),
         (base + ["--ncu", str(tmp_path / "nowhere")], "ncu was not found"),
     ]
-    if not Path("/usr/local/cuda/bin/ncu").exists():
-        cases.append((base, "ncu was not found"))
     import torch
-    if not torch.cuda.is_available():
-        cases.append((base + ["--ncu", str(fake_ncu)], "needs the CUDA GPU"))
+    if not Path("/usr/local/cuda/bin/ncu").exists() and torch.cuda.is_available():
+        cases.append((base, "ncu was not found"))
+    if not torch.cuda.is_available():     # no GPU is said first, whether ncu is there or not
+        cases += [(base + ["--ncu", str(fake_ncu)], "needs the CUDA GPU"), (base, "needs the CUDA GPU")]
     for argv, words in cases:
         assert profile_main(argv) == 2, argv
         assert words in capsys.readouterr().err, (argv, words)

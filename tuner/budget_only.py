@@ -2,6 +2,20 @@
 
 Every config is checked against the target's budget and compiled for it on the CPU
 (cached), and stored with its verdict, ``pending`` for those that fit and wait for a GPU.
+
+The verdicts are also written as an Optuna study, ``<study>@<target>-budget`` (apart from the
+study a GPU sweep searches, which they would otherwise mark as done), so that
+``optuna-dashboard`` shows them. One trial per config, its parameters the config's axes:
+
+* fits (``pending``): ``COMPLETE``; its value is the compiled shared memory over the target's
+  limit per block (1.0: all of it; the study minimises it, so "best" means the most room left,
+  never the fastest: nothing was timed);
+* rejected by a rule, the model or the compiler's figures (``over_smem``, ``over_registers``,
+  ``invalid``, ``unsupported``, ``restricted``): ``PRUNED``;
+* refused by the compiler (``compile_error``): ``FAIL``.
+
+Every trial carries ``status``, ``reason``, ``config``, ``smem_bytes``, ``smem_limit_bytes``,
+``registers`` and ``spill_bytes`` as user attributes.
 """
 
 from __future__ import annotations
@@ -10,7 +24,11 @@ import sys
 import time
 from collections import Counter
 
-from tuner import budget, records
+import optuna
+from optuna.trial import TrialState, create_trial
+
+from tuner import budget, records, search
+from tuner.formatting import headline
 from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage
 from tuner.records import RunContext
 from tuner.status import Stage, Status
@@ -35,7 +53,7 @@ def budget_only(ctx: RunContext, store: Store, jobs: int | None = None) -> Count
           f"cached after)", file=sys.stderr)
     started = time.perf_counter()
     infos = iter(budget.compile_many(tasks, jobs=jobs, progress=compile_progress(target.name)))
-    rows = []
+    rows, verdicts = [], []
     for config in configs:
         rejection = rejected[config]
         if rejection is None:
@@ -44,11 +62,57 @@ def budget_only(ctx: RunContext, store: Store, jobs: int | None = None) -> Count
             rejection = verdict.rejection or Rejection(
                 Status.PENDING, Stage.COMPILE, f"fits {target.name}; timing needs a CUDA GPU", verdict.fields)
         counts[rejection.status] += 1
+        verdicts.append((config, rejection))
+        if rejection.status == Status.COMPILE_ERROR:     # the whole error goes in the store
+            print(f"compile_error {config.key}: {headline(rejection.reason)}", file=sys.stderr)
         rows += records.result_rows(config, ctx, rejection.status, rejection.stage, rejection.reason,
                                     rejection.fields)
     store.replace_results(rows)
     print(f"budget stage: {len(configs)} configs, {len(tasks)} compiles in {time.perf_counter() - started:.0f} s")
+    optuna_view(ctx, store.url, verdicts)
     return counts
+
+
+def optuna_study_name(ctx: RunContext) -> str:
+    return f"{ctx.study.name}@{ctx.target.name}-budget"
+
+
+def _trial(config, rejection: Rejection, distributions: dict):
+    """One config's verdict as a finished Optuna trial (the module's encoding)."""
+    fields = rejection.fields
+    smem, limit = fields.get("smem_bytes"), fields.get("smem_limit_bytes")
+    attrs = {"status": str(rejection.status), "reason": (rejection.reason or "")[:300], "config": config.key,
+             "smem_bytes": smem, "smem_limit_bytes": limit, "registers": fields.get("registers"),
+             "spill_bytes": fields.get("spill_bytes")}
+    params = {name: getattr(config, name) for name in distributions}
+    if rejection.status == Status.PENDING and smem is not None and limit:
+        return create_trial(params=params, distributions=distributions, value=smem / limit, user_attrs=attrs)
+    state = TrialState.FAIL if rejection.status == Status.COMPILE_ERROR else TrialState.PRUNED
+    return create_trial(params=params, distributions=distributions, state=state, user_attrs=attrs)
+
+
+def optuna_view(ctx: RunContext, url: str, verdicts: list) -> None:
+    """The verdicts as the Optuna study :func:`optuna_study_name` (the module's encoding), replacing an
+    older one unless it already holds these verdicts. A view: the store's rows are the record, so a
+    failure here (another sweep writing it at the same moment) is a warning, not the run's end."""
+    name = optuna_study_name(ctx)
+    wanted = Counter(str(rejection.status) for _, rejection in verdicts)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        storage = search.open_storage(url)
+        if name in {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}:
+            trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+            if Counter(t.user_attrs.get("status") for t in trials) == wanted:
+                return
+            optuna.delete_study(study_name=name, storage=storage)
+        study = optuna.create_study(study_name=name, storage=storage, direction="minimize")
+        study.set_user_attr("value", f"compiled shared memory / {ctx.target.name}'s limit per block; not a speed: "
+                                     f"timing needs a CUDA GPU")
+        distributions = search.distributions(ctx.study.space, "grid")
+        study.add_trials([_trial(config, rejection, distributions) for config, rejection in verdicts])
+    except Exception as exc:   # noqa: BLE001 (the view is optional; say why it is missing)
+        print(f"warning: the budget's Optuna view {name!r} was not written: {type(exc).__name__}: "
+              f"{str(exc).splitlines()[0][:200] if str(exc) else ''}", file=sys.stderr)
 
 
 def compile_progress(target: str):
