@@ -20,10 +20,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from kernel.timing import WALL
-from tuner import finalists, records, search
+from tuner import finalists, formatting, records, search
 from tuner.budget import CompilePool, CompileTask
 from tuner.budget_only import budget_only
-from tuner.formatting import headline
 from tuner.gpus import GpuSpec
 from tuner.outcome import TrialOutcome, WorkerFailed
 from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage
@@ -94,7 +93,7 @@ class Sweep:
         self.verdicts: dict[str, finalists.ShapeVerdict] = {}
         self.lock = threading.RLock()                 # known, by_binary, counts, clock, progress
         self.timing_binary: dict[str, threading.Event] = {}     # binary -> set when its claimant is done
-        self.stopping = False
+        self.stopping = False         # set as the search ends: workers are being closed
 
     # ----------------------------------------------------------------- no GPU
 
@@ -139,7 +138,7 @@ class Sweep:
             self._search(deadline)
             self._end_of_run()
         finally:
-            self.stopping = True      # the search is over (or interrupted): a worker closed now is no verdict
+            self.stopping = True
             self.progress.close()
             for slot in self.slots:
                 slot.worker.close()
@@ -301,11 +300,9 @@ class Sweep:
 
     def _finish(self, asked: Asked, rows: list[Result], reused: bool = False) -> None:
         """Commit the rows (unless another sweep stored the config first: then its rows
-        count), then tell Optuna (a crash between the two is redone by the next run). A
-        worker killed because the sweep is stopping (a second Ctrl-C) is no verdict on the
-        config: nothing is stored and the trial stays in flight, to be redone on resume."""
+        count), then tell Optuna (a crash between the two is redone by the next run)."""
         if self.stopping and rows and rows[0].status in (Status.CRASHED, Status.TIMEOUT):
-            return
+            return      # a worker killed as the sweep stops (a second Ctrl-C) judges nothing: redone on resume
         if not reused:
             stored = self.store.insert_results(rows)
             reused = stored is not rows
@@ -319,8 +316,8 @@ class Sweep:
         with self.lock:
             self.counts[status] += 1
             self.progress.update(asked.config, value, status, self.ctx.study.metric)
-        if status == Status.COMPILE_ERROR and not reused:    # the whole error is in the store
-            print(f"compile_error {asked.config.key}: {headline(rows[0].reason)}", file=sys.stderr, flush=True)
+        if status == Status.COMPILE_ERROR and not reused:    # one line here; the whole error is in the store
+            print(f"compile_error {asked.config.key}: {formatting.headline(rows[0].reason)}", file=sys.stderr)
 
     # ----------------------------------------------------------- baselines, finalists
 

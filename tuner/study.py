@@ -27,12 +27,11 @@ A study is a TOML file in ``studies/``::
     warmup_ms = 10
     rep_ms = 40
 
-A restriction is arithmetic (``+ - * // %``), comparisons and ``and``/``or``/``not`` over the
-kernel's axes, ``head_dim`` and the knobs, with integer constants. One that cannot be parsed
-or names anything else refuses the file when it is loaded. One that raises for a config
-(``block_m // (num_stages - 1) >= 32`` divides by zero at ``num_stages = 1``) rejects that
-config, as ``restricted``, with the reason ("restriction '...' raised ZeroDivisionError"):
-a config the rule cannot judge is never searched, and the file's other configs still are.
+A restriction is arithmetic (``+ - * // %``), comparisons and ``and``/``or``/``not`` over the kernel's
+axes, ``head_dim`` and the knobs, with integer constants; one that cannot be parsed or names anything
+else refuses the file when it is loaded. One that raises for a config (``block_m // (num_stages - 1)``
+at ``num_stages = 1``) rejects that config as ``restricted``, with the reason ("restriction '...'
+raised ZeroDivisionError"): a config the rule cannot judge is never searched; the others still are.
 
 Several ``[[problem]]`` tables may be given instead of one ``[problem]``. Every error
 names the file, the field and what is allowed (:class:`StudyError`). The shipped
