@@ -543,7 +543,7 @@ def test_budget_only_run_leaves_an_optuna_study_and_says_what_it_wrote(tmp_path,
     study = _quick_study(tmp_path, "tma = [false, true]")
     assert sweep.main(["--gpu", "sm_89", "--study", str(study), "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "No config list was written" in text and "On a machine with the GPU, run the same command" in text
+    assert "No config list was written" in text and "run the same command on a machine with the GPU" in text
     assert "optuna-dashboard sqlite:///" in text and not (out / "configs").exists()
     trials = optuna.load_study(study_name="quick@sm_89-budget", storage=f"sqlite:///{out / 'tuning.db'}").trials
     by_key = {t.user_attrs["config"]: t for t in trials}
@@ -567,7 +567,7 @@ def test_budget_says_invalid_tiles_without_compiling_and_each_verdict_once(monke
     assert budget_main(["--gpu", "sm_89", "--config", "100,64,4,3", "--config", "64x64_w4_s2_tma",
                         "--config", "64,64,4,9"]) == 0
     out = capsys.readouterr().out
-    assert ("invalid: block_m=100 is not allowed (tiles are powers of two); use one of 16, 32, 64, 128, 256"
+    assert ("invalid: block_m=100 is not allowed (powers of two only); use one of 16, 32, 64, 128, 256"
             in out), out
     assert "invalid: num_stages=9 is not allowed; use one of 1, 2, 3, 4, 5, 6, 7, 8" in out
     assert "unsupported: TMA needs sm_90 or later" in out and "unsupported: unsupported" not in out

@@ -55,8 +55,13 @@ EXAMPLES = f"""examples:
 Outputs go to --out ({DEFAULT_OUT}/ by default): the database tuning.db, dashboards/ and
 configs/<study>_<target>_configs.py, a @triton.autotune list to paste into your code.
 Interrupted (Ctrl-C, kill -9, a crash)? Run the same command again to resume: finished trials are
-kept, the one in flight is redone, nothing is timed twice. Without a CUDA GPU the sweep
-runs the budget stage for --gpu (compiling for it on the CPU), stores it, and stops.
+kept, the one in flight is redone, nothing is timed twice. Ctrl-C marks the run interrupted in the
+store (exit 130); a run whose process is gone is marked so by the next sweep. Without a CUDA GPU the
+sweep runs the budget stage for --gpu (compiling for it on the CPU), stores it, and stops; its
+verdicts are also the Optuna study <study>@<target>-budget, for optuna-dashboard.
+A study restriction that raises for a config (e.g. divides by zero) rejects that config as
+restricted, naming the error; one that cannot be parsed refuses the study file.
+--storage refuses a database that holds other tables and none of ours, unless --storage-init.
 """
 
 
@@ -307,8 +312,9 @@ def _budget_only_ending(args, ctx: RunContext, db: Store, counts) -> str:
         "",
         f"No CUDA GPU here, so the sweep stopped after the budget stage: {fit} of {sum(counts.values())} configs fit "
         f"{ctx.target.name} and wait to be checked and timed, which needs the GPU itself.",
-        f"No config list was written ({configs} lists timed configs, and none was timed). On a machine with the "
-        f"GPU, run the same command (--gpu {ctx.target.name}, or --gpu auto) with --storage {db.url} to time them.",
+        f"No config list was written ({configs} lists timed configs, and none was timed). To time them, run the "
+        f"same command on a machine with the GPU (--gpu {ctx.target.name}, or --gpu auto there), with this database "
+        f"copied along or --storage naming one both machines reach.",
         f"Results: {db.url}; the verdicts are also the Optuna study {optuna_study_name(ctx)!r} "
         f"(optuna-dashboard {db.url}): fits are COMPLETE trials valued by the shared memory they use, rejections "
         f"PRUNED, compile errors FAIL, each with its reason."])

@@ -81,7 +81,7 @@ def outside_allowed(config) -> str | None:
     for axis in type(config).axes():
         value = getattr(config, axis.name)
         if value not in axis.allowed:
-            rule = " (tiles are powers of two)" if axis.tpe == LOG2 else ""
+            rule = " (powers of two only)" if axis.tpe == LOG2 else ""
             values = [str(v) for v in axis.allowed]
             shown = ", ".join(values if len(values) <= 10 else values[:3] + ["...", values[-1]])
             return f"{axis.name}={value!r} is not allowed{rule}; use one of {shown}"
@@ -94,7 +94,7 @@ def verdict(config, problem: Problem, gpu: GpuSpec, info: CompileInfo | None) ->
     model = kernel.model_smem_bytes(config, problem, gpu)
     limit = smem_limit(info, gpu)
     base = dict(config=config, target=gpu.name, model_bytes=model, limit_bytes=limit)
-    why_not = outside_allowed(config) or kernel.restriction(config, problem.head_dim)
+    why_not = kernel.restriction(config, problem.head_dim) or outside_allowed(config)
     if why_not:
         kind = Status.OVER_REGISTERS if why_not.startswith("registers") else Status.INVALID
         return BudgetResult(verdict=kind, reason=why_not, **base)
