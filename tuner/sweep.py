@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from tuner import search
@@ -234,15 +235,18 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
     ctx = RunContext(study=study, target=target, gpu_label=gpu_label, env=env, run_id=run.id)
     heartbeat = RunHeartbeat(db, run.id, search.HEARTBEAT_S)
     heartbeat.start()
-    signal.signal(signal.SIGINT, _first_interrupt)
+    main_thread = threading.current_thread() is threading.main_thread()      # signals are the main thread's
+    previous = signal.signal(signal.SIGINT, _first_interrupt) if main_thread else None
     try:
         return _search_and_outputs(args, ctx, present, db)
     except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)     # the message and the row come first
+        if main_thread:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)     # the message and the row come first
         return _interrupted(db, ctx, command, budget_only=present is None and args.device != "cpu")
     finally:
         heartbeat.stop()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _first_interrupt(_signum, _frame) -> None:
