@@ -476,7 +476,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tiny, tmp_path)
                                stdout=subprocess.PIPE, text=True, start_new_session=True,
                                env=os.environ | {"TRITON_INTERPRET": "1"})
     lines: list[str] = []
-    _wait_for(process.stderr, "study tiny", lines)
+    _wait_for(process.stderr, "worker 0 ready", lines)      # trials in flight, on the worker and the compilers
     os.killpg(process.pid, signal.SIGINT)
     out, rest = process.communicate(timeout=300)
     err = "".join(lines) + rest
@@ -484,8 +484,10 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tiny, tmp_path)
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "config(s) stored by this run" in err and "Resume with the same command" in err
     assert "python -m tuner.sweep " + " ".join(argv) in err
-    runs = Store(f"sqlite:///{db}", create=False).runs()
-    assert [r.status for r in runs] == ["interrupted"] and runs[0].finished_at is not None
+    store = Store(f"sqlite:///{db}", create=False)
+    assert [r.status for r in store.runs()] == ["interrupted"] and store.runs()[0].finished_at is not None
+    # the trials in flight finished as they would have: Ctrl-C is no verdict on a config
+    assert {r.status for r in store.results()} <= {"timed", "restricted"}, [r.reason for r in store.results()]
 
 
 def _fake_compiles(infos):
@@ -582,3 +584,27 @@ def test_budget_prints_a_compile_error_on_one_line(monkeypatch, capsys):
     row = [line for line in capsys.readouterr().out.splitlines() if "64x64_w4_s2" in line]
     assert len(row) == 1 and row[0].endswith("compile_error: PTXASError: ptxas fatal : (C7600) Insufficient "
                                              "registers for Entry function 'attn_fwd'"), row
+
+
+def test_a_live_run_beats_its_heartbeat_and_stops_when_told(tmp_path):
+    import time
+
+    from tuner.store import RunHeartbeat, run_gone
+
+    store = Store(f"sqlite:///{tmp_path / 'beat.db'}")
+    run = Run(study="s", target="sm_89", gpu="none", sampler="grid", command="", torch_version="", triton_version="",
+              driver="", host="elsewhere", pid=1)
+    store.add(run)
+    beat = RunHeartbeat(store, run.id, 0.05)
+    beat.start()
+    time.sleep(0.5)
+    first = store.runs()[0].heartbeat_at
+    time.sleep(0.3)
+    assert first is not None and store.runs()[0].heartbeat_at > first
+    assert not run_gone(store.runs()[0], grace_s=5)        # a remote run that beats is alive
+    beat.stop()
+    beat.join(2)
+    stopped = store.runs()[0].heartbeat_at
+    time.sleep(0.3)
+    assert store.runs()[0].heartbeat_at == stopped and not beat.is_alive()
+    assert run_gone(store.runs()[0], grace_s=0.1)          # and one that stopped beating is gone
