@@ -139,8 +139,9 @@ def main(argv=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print(f"{parser.prog} {args.command} needs a CUDA GPU", file=sys.stderr)
-        return 1
+        print(f"{parser.prog} {args.command}: error: no CUDA GPU is visible here, and it re-times configs on one",
+              file=sys.stderr)
+        return 2
     return agree(args.storage, args.study, args.gpu, args.rounds, args.markdown)
 
 

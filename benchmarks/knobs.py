@@ -134,8 +134,9 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", help="write the tables here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("python -m benchmarks.knobs needs a CUDA GPU (it times the kernel against SDPA)", file=sys.stderr)
-        return 1
+        print("python -m benchmarks.knobs: error: no CUDA GPU is visible here, and this times the kernel against "
+              "SDPA on one", file=sys.stderr)
+        return 2
     env = environment()
     warm_gpu()
     results = [bench_shape(d, c, args.n) for d, c in SHAPES if not args.head_dim or d in args.head_dim]

@@ -167,8 +167,8 @@ def speed(study_name: str, markdown: Path | None) -> int:
     from tuner.study import load
 
     if not torch.cuda.is_available():
-        print("speed needs a CUDA GPU", file=sys.stderr)
-        return 1
+        print("speed: error: no CUDA GPU is visible here, and it races the autotuner on one", file=sys.stderr)
+        return 2
     study = load(study_name)
     shape, gpu = study.shapes[0], detect()
     configs = [c for c in study.configs() if budget.verdict(c, shape, gpu, None).launchable

@@ -198,8 +198,8 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
     from tuner.winners import ranked
 
     if not torch.cuda.is_available():
-        print("stability needs a CUDA GPU", file=sys.stderr)
-        return 1
+        print("stability: error: no CUDA GPU is visible here, and it re-times configs on one", file=sys.stderr)
+        return 2
     study = load(study_name)
     largest = min(study.shapes, key=lambda s: (s.causal, -s.n_q * s.n_k))     # default: biggest non-causal
     shape = next((s for s in study.shapes if s.label == shape_label), None) if shape_label else largest

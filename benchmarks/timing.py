@@ -209,8 +209,9 @@ def main(argv=None) -> int:
     if args.command == "grids" and len(args.storage) != 2:
         return usage_error(parser, f"grids needs --storage twice; got {len(args.storage)}")
     if not torch.cuda.is_available():
-        print(f"{parser.prog} {args.command} needs a CUDA GPU", file=sys.stderr)
-        return 1
+        print(f"{parser.prog} {args.command}: error: no CUDA GPU is visible here, and this times on one",
+              file=sys.stderr)
+        return 2
     if args.command == "host":
         return host(args.markdown)
     if args.command == "grids":

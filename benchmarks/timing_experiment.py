@@ -99,8 +99,8 @@ def main(argv=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print(f"{parser.prog} needs a CUDA GPU", file=sys.stderr)
-        return 1
+        print(f"{parser.prog}: error: no CUDA GPU is visible here, and this times on one", file=sys.stderr)
+        return 2
     run(args.out)
     return 0
 

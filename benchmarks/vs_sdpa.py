@@ -157,9 +157,10 @@ def main(argv=None) -> int:
         print(f"{parser.prog}: error: {bad[0]}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
-        print("python -m benchmarks.vs_sdpa needs a CUDA GPU: it times the kernel against SDPA. "
-              "Without one, run the tests (README) or `python -m tuner.budget --gpu sm_89`.", file=sys.stderr)
-        return 1
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: no CUDA GPU is visible here, and this times the kernel against SDPA on one. "
+              "Without a GPU, run the tests (README) or `python -m tuner.budget --gpu sm_89`.", file=sys.stderr)
+        return 2
     cases = [(d, n, c) for d, n, c in DEFAULT_CASES
              if (not args.head_dim or d in args.head_dim) and (not args.n or n in args.n)]
     env = environment()

@@ -38,11 +38,63 @@ def files(tmp_path):
     empty.add(Run(study="x", target="sm_90", gpu="g", sampler="grid", command="", torch_version="",
                   triton_version="", driver=""))
     (tmp_path / "renamed.toml").write_text('name = "article"\n[problem]\nn = 128\n')
+    (tmp_path / "bad-restriction.toml").write_text(SMALL_STUDY.replace("RULE", "block_m //"))
+    (tmp_path / "all-raise.toml").write_text(SMALL_STUDY.replace("RULE", "block_m // (num_stages - num_stages) > 0"))
+    _corrupt_store(tmp_path / "mid-corrupt.db", first=2)        # every page after the first is garbage
+    _corrupt_store(tmp_path / "tail-corrupt.db", first=None)    # schema intact, the data pages garbage
+    results = Store(f"sqlite:///{tmp_path / 'results.db'}")
+    results.add(_result_row(results))
     claimed = Store(f"sqlite:///{tmp_path / 'claimed.db'}")
     claimed.claim_study("article", "another-fingerprint", "somewhere/article.toml")
-    for store in (empty, claimed):      # close them, so SQLite folds its write-ahead log into the files now
+    for store in (empty, claimed, results):      # close them, so SQLite folds its write-ahead log into the files now
         store.engine.dispose()
     return tmp_path
+
+
+SMALL_STUDY = """name = "small"
+[problem]
+n = 64
+head_dim = 16
+dtype = "fp32"
+[space]
+block_m = [16, 32]
+block_n = [16]
+num_warps = [1]
+num_stages = [1, 2]
+tma = [false]
+restrictions = ["RULE"]
+"""
+
+
+def _store_with_runs(path: Path, runs: int = 200) -> None:
+    store = Store(f"sqlite:///{path}")
+    store.add(*[Run(study=f"s{i}", target="sm_90", gpu="g", sampler="grid", command="python -m tuner.sweep " * 20,
+                    torch_version="", triton_version="", driver="") for i in range(runs)])
+    store.engine.dispose()
+
+
+def _corrupt_store(path: Path, first: int | None) -> None:
+    """A store whose header is intact and whose pages from ``first`` on (None: the second half) are garbage."""
+    _store_with_runs(path)
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    start = page * (first - 1) if first else len(data) // 2
+    for offset in range(start, len(data), 61):
+        data[offset:offset + 13] = b"\xde\xad garbage \xff"
+    path.write_bytes(bytes(data))
+
+
+def _result_row(store: Store):
+    """One stored result, so that the readers get past 'no results'."""
+    from tuner.store import Result
+
+    run = Run(study="x", target="sm_90", gpu="g", sampler="grid", command="", torch_version="", triton_version="",
+              driver="")
+    store.add(run)
+    return Result(run_id=run.id, study="x", target="sm_90", gpu="g", torch_version="", triton_version="", driver="",
+                  shape="B1 H1 Nq64 Nk64 D16 fp32", batch=1, heads=1, n_q=64, n_k=64, head_dim=16, dtype="fp32",
+                  causal=False, config="16x16_w1_s1", block_m=16, block_n=16, num_warps=1, num_stages=1,
+                  status="over_smem", stage="budget", reason="model needs 1 B > 0 B")
 
 
 def _code(main, argv) -> int:
@@ -92,6 +144,13 @@ SWEEP = [
     (["--gpu", "sm_89", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     (["--gpu", "sm_89", "--study", _t("renamed.toml"), "--storage", "sqlite:///{tmp}/claimed.db"],
      "already holds a different study"),
+    (["--gpu", "sm_89", "--study", _t("bad-restriction.toml")], "restriction 'block_m //' is not a valid expression"),
+    (["--gpu", "sm_89", "--study", _t("all-raise.toml")],
+     "leave no config to search (e.g. 16x16_w1_s1: restriction 'block_m // (num_stages - num_stages) > 0' raised "
+     "ZeroDivisionError"),
+    (["--gpu", "sm_89", "--storage", "sqlite:///{tmp}/mid-corrupt.db"], "cannot open"),
+    (["--gpu", "sm_89", "--storage", "sqlite:///{tmp}/tail-corrupt.db"], "the database is corrupt"),
+    (["--gpu", "sm_89", "--storage", "sqlite:///{tmp}/foreign.db"], "none of fa2-tuner's"),
 ]
 if not torch.cuda.is_available():
     SWEEP.append((["--gpu", "auto"], "--gpu auto needs a CUDA device"))
@@ -104,6 +163,9 @@ EMIT = [
     (["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/typo.db"], "no such database file"),
     (["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/corrupt.db"], "cannot open"),
     (["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/foreign.db"], "not an fa2-tuner store"),
+    (["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/mid-corrupt.db"], "cannot open"),
+    (["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/tail-corrupt.db"],
+     "the database is corrupt"),
     (["--study", "article", "--gpu", "sm_90", "--storage", "not a url"], "not a database URL"),
     (["--study", "article", "--gpu", "sm_90", "--storage", "nosuchdialect://x"], "cannot load a driver"),
     (["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/empty.db"], "was timed on every shape"),
@@ -122,6 +184,12 @@ DASHBOARD = [
     (["--storage", "nosuchdialect://x", "--out", _t("pages")], "cannot load a driver"),
     (["--storage", "sqlite:///{tmp}/empty.db", "--out", _t("pages")], "has no results"),
     (["--storage", "sqlite:///{tmp}/empty.db", "--plotlyjs", "inline"], "invalid choice: 'inline'"),
+    (["--storage", "sqlite:///{tmp}/mid-corrupt.db", "--out", _t("pages")], "cannot open"),
+    (["--storage", "sqlite:///{tmp}/tail-corrupt.db", "--out", _t("pages")], "the database is corrupt"),
+    (["--storage", "sqlite:///{tmp}/results.db", "--out", _t("a-file/pages")], "--out '{tmp}/a-file/pages': cannot "
+     "write there"),
+    (["--storage", "sqlite:///{tmp}/results.db", "--out", "/proc/fa2-tuner-pages"], "--out '/proc/fa2-tuner-pages': "
+     "cannot write there"),
 ]
 
 BUDGET = [
@@ -155,6 +223,8 @@ KERNEL_BENCH = [
     (["--head-dim", "96"], "--head-dim 96 is not one of"),
     (["--n", "0"], "--n 0 must be a positive length"),
 ]
+if not torch.cuda.is_available():
+    KERNEL_BENCH.append(([], "no CUDA GPU is visible here"))
 
 CLIS = ([(sweep.main, args, fragment) for args, fragment in SWEEP]
         + [(emit.main, args, fragment) for args, fragment in EMIT]
@@ -190,7 +260,8 @@ def test_bad_cli_input_exits_2_with_a_message_and_changes_nothing(main, args, fr
     before = _snapshot(files)
     assert _code(main, argv) == 2
     err = capsys.readouterr().err
-    assert fragment in err, err
+    assert fragment.replace("{tmp}", str(files)) in err, err
+    assert err.strip().splitlines()[-1].count("error") >= 1 and "\n" not in err.strip().split("error: ", 1)[-1]
     assert "Traceback" not in err
     assert _snapshot(files) == before
 
@@ -251,3 +322,289 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 def test_there_are_at_least_76_bad_inputs():
     assert len(CLIS) + len(KERNEL) + 1 >= 76, len(CLIS) + len(KERNEL) + 1
     assert os.environ.get("TRITON_INTERPRET") or torch.cuda.is_available()
+
+
+# ------------------------------------------------------------------ the store, the sweep's run, its log
+
+
+def _quick_study(tmp_path: Path, space: str = "tma = [true]") -> Path:
+    """A study for sm_89 whose budget stage needs no real compile: TMA configs are unsupported there
+    (or, with another space, the compiles are faked by the test)."""
+    path = tmp_path / "quick.toml"
+    path.write_text(f'name = "quick"\n[problem]\nn = 64\nhead_dim = 16\ndtype = "fp32"\n[space]\nblock_m = [16, 32]\n'
+                    f'block_n = [16]\nnum_warps = [1]\nnum_stages = [1, 2]\n{space}\n')
+    return path
+
+
+def test_a_restriction_that_raises_rejects_that_config_with_the_reason(tmp_path):
+    from tuner.gpus import GpuSpec
+    from tuner.pre_gpu_stages import budget_stage
+    from tuner.study import load
+
+    path = tmp_path / "divides.toml"
+    path.write_text(SMALL_STUDY.replace("RULE", "block_m // (num_stages - 1) >= 16"))
+    study = load(str(path))
+    by_stages = {c.num_stages: c for c in study.space.all_configs() if c.block_m == 32}
+    assert sorted(c.key for c in study.configs()) == ["16x16_w1_s2", "32x16_w1_s2"]
+    rejection = budget_stage(by_stages[1], study, GpuSpec.from_name("sm_89"))
+    assert rejection is not None and str(rejection.status) == "restricted"
+    assert rejection.reason == ("restriction 'block_m // (num_stages - 1) >= 16' raised ZeroDivisionError "
+                                "at head_dim 16")
+    assert budget_stage(by_stages[2], study, GpuSpec.from_name("sm_89")) is None
+
+
+def _sqlite_files(folder: Path, name: str) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.name.startswith(name)}
+
+
+def test_a_foreign_database_is_left_byte_identical_by_every_command(files, capsys):
+    before = _sqlite_files(files, "foreign.db")
+    url = f"sqlite:///{files / 'foreign.db'}"
+    assert sweep.main(["--gpu", "sm_89", "--storage", url, "--out", str(files / "out")]) == 2
+    assert emit.main(["--study", "article", "--gpu", "sm_90", "--storage", url]) == 2
+    assert dashboard.main(["--storage", url, "--out", str(files / "pages")]) == 2
+    err = capsys.readouterr().err
+    assert "none of fa2-tuner's" in err and "--storage-init" in err and "Traceback" not in err
+    assert _sqlite_files(files, "foreign.db") == before          # no -wal, no -journal left, the bytes as they were
+    assert not (files / "out").exists() and not (files / "pages").exists()
+
+
+def test_storage_init_adds_our_tables_and_keeps_the_journal_mode(files, tmp_path, capsys):
+    import sqlite3
+
+    study = _quick_study(tmp_path)
+    url = f"sqlite:///{files / 'foreign.db'}"
+    assert sweep.main(["--gpu", "sm_89", "--study", str(study), "--storage", url, "--storage-init",
+                       "--out", str(files / "out"), "--no-outputs"]) == 0
+    with sqlite3.connect(files / "foreign.db") as connection:
+        assert connection.execute("pragma journal_mode").fetchone() == ("delete",)
+        assert connection.execute("select * from t").fetchall() == []
+        tables = {name for (name,) in connection.execute("select name from sqlite_master where type = 'table'")}
+    assert {"t", "fa2_runs", "fa2_results", "trials"} <= tables
+    # a database we create is in WAL mode
+    assert sweep.main(["--gpu", "sm_89", "--study", str(study), "--out", str(files / "new"), "--no-outputs"]) == 0
+    with sqlite3.connect(files / "new" / "tuning.db") as connection:
+        assert connection.execute("pragma journal_mode").fetchone() == ("wal",)
+
+
+def test_runs_whose_process_is_gone_are_marked_interrupted(tmp_path, capsys):
+    import datetime as dt
+    import socket
+    import subprocess
+    import sys
+
+    from tuner.store import mark_gone_runs, now
+
+    store = Store(f"sqlite:///{tmp_path / 'runs.db'}")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    here, stale, fresh = socket.gethostname(), now() - dt.timedelta(minutes=5), now()
+    owners = {"remote, my pid alive here, stale": ("elsewhere", os.getpid(), stale),
+              "remote, fresh": ("elsewhere", os.getpid(), fresh),
+              "local, dead pid, fresh": (here, dead.pid, fresh),
+              "local, alive, stale": (here, os.getpid(), stale),
+              "no owner (an older fa2-tuner)": (None, None, stale)}
+    for label, (host, pid, beat) in owners.items():
+        store.add(Run(study=label, target="sm_89", gpu="none", sampler="grid", command=label, torch_version="",
+                      triton_version="", driver="", host=host, pid=pid, heartbeat_at=beat))
+    store.add(Run(study="finished long ago", target="sm_89", gpu="none", sampler="grid", command="", torch_version="",
+                  triton_version="", driver="", host="elsewhere", pid=1, heartbeat_at=stale, status="finished"))
+    gone = mark_gone_runs(store, grace_s=60)
+    assert sorted(r.study for r in gone) == ["local, dead pid, fresh", "remote, my pid alive here, stale"]
+    status = {r.study: r.status for r in store.runs()}
+    assert status == {"remote, my pid alive here, stale": "interrupted", "remote, fresh": "running",
+                      "local, dead pid, fresh": "interrupted", "local, alive, stale": "running",
+                      "no owner (an older fa2-tuner)": "running", "finished long ago": "finished"}
+    # the sweep does it on its way in, and says so
+    assert sweep.main(["--gpu", "sm_89", "--study", str(_quick_study(tmp_path)), "--storage", store.url,
+                       "--no-outputs"]) == 0
+    assert store.runs()[-1].status == "budget-only" and store.runs()[-1].pid == os.getpid()
+    store.add(Run(study="killed", target="sm_89", gpu="none", sampler="grid", command="killed", torch_version="",
+                  triton_version="", driver="", host=here, pid=dead.pid, heartbeat_at=fresh))
+    capsys.readouterr()
+    assert sweep.main(["--gpu", "sm_89", "--study", str(_quick_study(tmp_path)), "--storage", store.url,
+                       "--no-outputs"]) == 0
+    assert f"pid {dead.pid}) was left running by a process that is gone" in capsys.readouterr().err
+    assert {r.study: r.status for r in store.runs()}["killed"] == "interrupted"
+
+
+def test_a_sweep_owner_elsewhere_is_never_judged_by_a_local_pid():
+    import socket
+    from types import SimpleNamespace
+
+    from tuner.search import OWNER_ATTR, owner_dead
+
+    def trial(owner):
+        return SimpleNamespace(user_attrs={OWNER_ATTR: owner})
+
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert not owner_dead(trial(f"elsewhere:{dead.pid}"))           # left to the heartbeat
+    assert not owner_dead(trial(f"elsewhere:{os.getpid()}"))
+    assert owner_dead(trial(f"{socket.gethostname()}:{dead.pid}"))
+    assert not owner_dead(trial(f"{socket.gethostname()}:{os.getpid()}"))
+
+
+def _wait_for(stream, text: str, lines: list[str], timeout_s: float = 120.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        lines.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"{text!r} never came: {''.join(lines)}")
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tiny, tmp_path):
+    """Ctrl-C reaches the sweep's whole process group (its workers too), as a terminal sends it."""
+    import signal
+    import subprocess
+    import sys
+
+    study = tiny
+    db = tmp_path / "c.db"
+    argv = ["--gpu", "sm_89", "--study", str(study), "--storage", f"sqlite:///{db}", "--no-outputs", "--device", "cpu",
+            "--sampler", "grid", "--finalists", "0"]
+    process = subprocess.Popen([sys.executable, "-m", "tuner.sweep", *argv], stderr=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, start_new_session=True,
+                               env=os.environ | {"TRITON_INTERPRET": "1"})
+    lines: list[str] = []
+    _wait_for(process.stderr, "worker 0 ready", lines)      # trials in flight, on the worker and the compilers
+    os.killpg(process.pid, signal.SIGINT)
+    out, rest = process.communicate(timeout=300)
+    err = "".join(lines) + rest
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "config(s) stored by this run" in err and "Resume with the same command" in err
+    assert "python -m tuner.sweep " + " ".join(argv) in err
+    store = Store(f"sqlite:///{db}", create=False)
+    assert [r.status for r in store.runs()] == ["interrupted"] and store.runs()[0].finished_at is not None
+    # the trials in flight finished as they would have: Ctrl-C is no verdict on a config
+    assert {r.status for r in store.results()} <= {"timed", "restricted"}, [r.reason for r in store.results()]
+
+
+def _fake_compiles(infos):
+    """``compile_many`` without a compiler: the given info for every task."""
+    def compile_many(tasks, *args, **kwargs):
+        return [infos for _ in tasks]
+    return compile_many
+
+
+PTXAS_ERROR = ("PTXASError: `ptxas` failed with error code 255\n`ptxas` stderr:\n"
+               "ptxas fatal   : (C7600) Insufficient registers for Entry function 'attn_fwd'\n\n"
+               "Repro command: /opt/triton/ptxas -v --gpu-name=sm_89 /tmp/tmpx.ptx -o /tmp/tmpx.ptx.o\n")
+
+
+def test_a_compile_error_is_one_line_in_the_log_and_whole_in_the_store(tmp_path, monkeypatch, capsys):
+    from tuner import budget
+    from tuner.budget import CompileInfo
+
+    monkeypatch.setattr(budget, "compile_many", _fake_compiles(CompileInfo(error=PTXAS_ERROR.strip())))
+    db = tmp_path / "e.db"
+    assert sweep.main(["--gpu", "sm_89", "--study", str(_quick_study(tmp_path, "tma = [false]")),
+                       "--storage", f"sqlite:///{db}", "--no-outputs"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("compile_error ")]
+    assert len(lines) == 4, err     # the four configs, one line each
+    assert lines[0] == ("compile_error 16x16_w1_s1: PTXASError: ptxas fatal : (C7600) Insufficient registers for "
+                        "Entry function 'attn_fwd'")
+    assert "Repro command" not in err
+    reasons = {r.reason for r in Store(f"sqlite:///{db}", create=False).results()}
+    assert reasons == {PTXAS_ERROR.strip()}
+
+
+def test_compiler_pages_go_to_the_compile_log(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from tuner.budget import quiet_compiler_pages, compile_log; quiet_compiler_pages(); "
+            "print('PAGE OF PTX'); os.system('echo CHILD PAGE'); sys.stderr.write('MLIR SAYS\\n')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=os.environ | {"FA2_TUNER_CACHE": str(tmp_path)}, timeout=120)
+    assert done.returncode == 0 and done.stdout == "" and done.stderr == "", done
+    log = next(tmp_path.rglob("compile-errors.log")).read_text()
+    assert "PAGE OF PTX" in log and "CHILD PAGE" in log and "MLIR SAYS" in log
+
+
+def test_budget_only_run_leaves_an_optuna_study_and_says_what_it_wrote(tmp_path, monkeypatch, capsys):
+    import optuna
+
+    from tuner import budget
+    from tuner.budget import CompileInfo
+
+    fits = CompileInfo(shared_bytes=50688, registers=96, spill_bytes=0, binary="b")
+    monkeypatch.setattr(budget, "compile_many", _fake_compiles(fits))
+    out = tmp_path / "out"
+    study = _quick_study(tmp_path, "tma = [false, true]")
+    assert sweep.main(["--gpu", "sm_89", "--study", str(study), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "No config list was written" in text and "run the same command on a machine with the GPU" in text
+    assert "optuna-dashboard sqlite:///" in text and not (out / "configs").exists()
+    trials = optuna.load_study(study_name="quick@sm_89-budget", storage=f"sqlite:///{out / 'tuning.db'}").trials
+    by_key = {t.user_attrs["config"]: t for t in trials}
+    assert len(by_key) == len(trials) == 8
+    fitting = by_key["32x16_w1_s2"]
+    assert fitting.state.name == "COMPLETE" and fitting.value == pytest.approx(50688 / 101376)
+    assert fitting.user_attrs["status"] == "pending" and fitting.user_attrs["smem_bytes"] == 50688
+    unsupported = by_key["32x16_w1_s2_tma"]
+    assert unsupported.state.name == "PRUNED" and unsupported.user_attrs["reason"].startswith("unsupported: TMA")
+    assert {t.state.name for t in trials} == {"COMPLETE", "PRUNED"}
+    assert fitting.params == {"block_m": 32, "block_n": 16, "num_warps": 1, "num_stages": 2, "tma": False,
+                              "warp_specialize": False, "maxnreg": 0, "persistent": 0}
+
+
+def test_budget_says_invalid_tiles_without_compiling_and_each_verdict_once(monkeypatch, capsys):
+    from tuner.budget import _verdict
+
+    asked: list = []
+    real = _verdict.compile_many
+    monkeypatch.setattr(_verdict, "compile_many", lambda tasks, *a, **k: asked.extend(tasks) or real([], *a, **k))
+    assert budget_main(["--gpu", "sm_89", "--config", "100,64,4,3", "--config", "64x64_w4_s2_tma",
+                        "--config", "64,64,4,9"]) == 0
+    out = capsys.readouterr().out
+    assert ("invalid: block_m=100 is not allowed (powers of two only); use one of 16, 32, 64, 128, 256"
+            in out), out
+    assert "invalid: num_stages=9 is not allowed; use one of 1, 2, 3, 4, 5, 6, 7, 8" in out
+    assert "unsupported: TMA needs sm_90 or later" in out and "unsupported: unsupported" not in out
+    assert asked == []
+
+
+def test_budget_prints_a_compile_error_on_one_line(monkeypatch, capsys):
+    from tuner.budget import CompileInfo, _verdict
+
+    monkeypatch.setattr(_verdict, "compile_many", _fake_compiles(CompileInfo(error=PTXAS_ERROR.strip())))
+    assert budget_main(["--gpu", "sm_89", "--config", "64,64,4,2"]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if "64x64_w4_s2" in line]
+    assert len(row) == 1 and row[0].endswith("compile_error: PTXASError: ptxas fatal : (C7600) Insufficient "
+                                             "registers for Entry function 'attn_fwd'"), row
+
+
+def test_a_live_run_beats_its_heartbeat_and_stops_when_told(tmp_path):
+    import time
+
+    from tuner.store import RunHeartbeat, run_gone
+
+    store = Store(f"sqlite:///{tmp_path / 'beat.db'}")
+    run = Run(study="s", target="sm_89", gpu="none", sampler="grid", command="", torch_version="", triton_version="",
+              driver="", host="elsewhere", pid=1)
+    store.add(run)
+    beat = RunHeartbeat(store, run.id, 0.05)
+    beat.start()
+    time.sleep(0.5)
+    first = store.runs()[0].heartbeat_at
+    time.sleep(0.3)
+    assert first is not None and store.runs()[0].heartbeat_at > first
+    assert not run_gone(store.runs()[0], grace_s=5)        # a remote run that beats is alive
+    beat.stop()
+    beat.join(2)
+    stopped = store.runs()[0].heartbeat_at
+    time.sleep(0.3)
+    assert store.runs()[0].heartbeat_at == stopped and not beat.is_alive()
+    assert run_gone(store.runs()[0], grace_s=0.1)          # and one that stopped beating is gone

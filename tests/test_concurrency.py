@@ -164,6 +164,9 @@ def test_three_budget_only_sweeps_store_the_space_once(database, crowd, tmp_path
     _assert_each_config_stored_once(database, crowd)
     assert {status for (status,) in _query(database, "select status from fa2_runs")} == {"budget-only"}
     _assert_logs_clean(logs)
+    # the Optuna view of the verdicts ends whole, once, whichever sweep wrote it last
+    assert _query(database, "select count(*) from trials t join studies s on s.study_id = t.study_id where "
+                            "s.study_name = 'crowd@sm_89-budget'") == [(len(load(str(crowd)).space.all_configs()),)]
 
 
 def test_one_sweep_drives_two_workers_on_one_study(crowd, tmp_path):

@@ -287,13 +287,15 @@ def test_the_command_line_refuses_what_it_cannot_do_with_exit_2(hand_store, fake
         (["--study", "article", "--gpu", "sm_99", "--storage", url], "--gpu: unknown GPU 'sm_99'"),
         (["--study", "article", "--gpu", "sm_90", "--storage", f"sqlite:///{tmp_path / 'none.db'}"],
          "no such database file"),
-        (base + ["--ncu", str(tmp_path / "nowhere")], "ncu was not found"),
     ]
-    if not Path("/usr/local/cuda/bin/ncu").exists():
-        cases.append((base, "ncu was not found"))
     import torch
-    if not torch.cuda.is_available():
-        cases.append((base + ["--ncu", str(fake_ncu)], "needs the CUDA GPU"))
+    if torch.cuda.is_available():
+        cases.append((base + ["--ncu", str(tmp_path / "nowhere")], "ncu was not found"))
+        if not Path("/usr/local/cuda/bin/ncu").exists():
+            cases.append((base, "ncu was not found"))
+    else:     # no GPU is said first, whether ncu is there or not
+        cases += [(base + ["--ncu", str(fake_ncu)], "needs the CUDA GPU"), (base, "needs the CUDA GPU"),
+                  (base + ["--ncu", str(tmp_path / "nowhere")], "needs the CUDA GPU")]
     for argv, words in cases:
         assert profile_main(argv) == 2, argv
         assert words in capsys.readouterr().err, (argv, words)

@@ -146,6 +146,7 @@ def test_kill_9_loses_only_the_trial_in_flight_and_the_rerun_repeats_nothing(tin
     process.wait()
     before = dict(query(db, "select config, run_id from fa2_results"))
     assert before and query(db, "select count(*) from trials where state = 'RUNNING'")[0][0] >= 1
+    assert query(db, "select status from fa2_runs") == [("running",)]     # until the next sweep sees it gone
 
     assert sweep.main(sweep_args(tiny, db, "--sampler", "grid")) == 0
     rows = query(db, "select config, shape, run_id from fa2_results")
@@ -154,6 +155,7 @@ def test_kill_9_loses_only_the_trial_in_flight_and_the_rerun_repeats_nothing(tin
         if config in before:
             assert run == before[config]
     assert query(db, "select state, count(*) from trials group by state") == [("COMPLETE", 8)]
+    assert query(db, "select status from fa2_runs order by id") == [("interrupted",), ("finished",)]
     told = query(db, "select value_json from trial_user_attributes where key = 'config'")
     assert len(told) == len(set(told)) == 8
 

@@ -2,10 +2,9 @@
 
 :class:`Sweep` asks Optuna for a batch of trials, rejects what the budget rejects
 (:mod:`tuner.pre_gpu_stages`), compiles the rest on all cores while the previous batch is being
-checked and timed in the isolated worker (:mod:`tuner.runner`), and commits each
-trial's rows before telling Optuna its value. After the search, each shape's finalists
-are re-timed together (:mod:`tuner.finalists`). Without a GPU, :meth:`Sweep.budget_only`
-runs the first two stages for the target over the whole space and stops.
+checked and timed in the isolated worker (:mod:`tuner.runner`), and commits each trial's rows
+before telling Optuna its value. Then each shape's finalists are re-timed together
+(:mod:`tuner.finalists`). Without a GPU, :meth:`Sweep.budget_only` runs stages 1-2 and stops.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from kernel.timing import WALL
 from tuner import finalists, records, search
 from tuner.budget import CompilePool, CompileTask
 from tuner.budget_only import budget_only
-from tuner.formatting import fmt
+from tuner.formatting import fmt, headline
 from tuner.gpus import GpuSpec
 from tuner.outcome import TrialOutcome, WorkerFailed
 from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage
@@ -97,6 +96,7 @@ class Sweep:
         self.verdicts: dict[str, finalists.ShapeVerdict] = {}
         self.lock = threading.RLock()                 # known, by_binary, counts, clock, progress
         self.timing_binary: dict[str, threading.Event] = {}     # binary -> set when its claimant is done
+        self.stopping = False         # set as the search ends: workers are being closed
 
     def budget_only(self) -> Counter:
         """Stages 1 and 2 for the target over the study's whole space, stored (no GPU)."""
@@ -112,8 +112,7 @@ class Sweep:
         name = f"{ctx.study.name}@{ctx.target.name}"
         if self.present is not None and self.present.name != ctx.target.name:
             name += f"-on-{self.present.name}"
-        if options.device == "cpu":
-            name += "-interpreter"
+        name += "-interpreter" if options.device == "cpu" else ""
         self.search = search.SearchSession(self.store.url, name, options.sampler, ctx.study.space, options.seed,
                                            options.trials, {"metric": ctx.study.metric, "target": ctx.target.name,
                                                             "gpu": ctx.gpu_label},
@@ -122,8 +121,7 @@ class Sweep:
             print(f"resuming: {len(self.search.orphans)} trial(s) left in flight by a stopped sweep will be finished "
                   f"first ({', '.join(o.config.key for o in self.search.orphans)})", file=sys.stderr)
         if self.search.foreign:
-            print(f"note: {self.search.foreign} trial(s) are running in another live sweep of this study",
-                  file=sys.stderr)
+            print(f"note: {self.search.foreign} trial(s) are running in another live sweep of this study", file=sys.stderr)
         cores = os.cpu_count() or 1
         self.batch = options.batch or (max(2, cores - 2, 2 * options.workers) if options.sampler != "tpe"
                                        else max(4, 2 * options.workers))
@@ -142,6 +140,7 @@ class Sweep:
             self._search(deadline)
             self._end_of_run()
         finally:
+            self.stopping = True
             self.progress.close()
             for slot in self.slots:
                 slot.worker.close()
@@ -304,6 +303,8 @@ class Sweep:
     def _finish(self, asked: Asked, rows: list[Result], reused: bool = False) -> None:
         """Commit the rows (unless another sweep stored the config first: then its rows
         count), then tell Optuna (a crash between the two is redone by the next run)."""
+        if self.stopping and rows and rows[0].status in (Status.CRASHED, Status.TIMEOUT):
+            return      # a worker killed as the sweep stops (a second Ctrl-C) judges nothing: redone on resume
         if not reused:
             stored = self.store.insert_results(rows)
             reused = stored is not rows
@@ -317,6 +318,8 @@ class Sweep:
         with self.lock:
             self.counts[status] += 1
             self.progress.update(asked.config, value, status, self.ctx.study.metric)
+        if status == Status.COMPILE_ERROR and not reused:    # one line here; the whole error is in the store
+            print(f"compile_error {asked.config.key}: {headline(rows[0].reason)}", file=sys.stderr)
 
     def _prepare(self, slot: Slot) -> None:
         """Start a device's worker and its baselines, then free it (a failure: its first trial retries)."""
@@ -349,10 +352,9 @@ class Sweep:
         """SDPA again on the first device (how far the machine drifted), then the finalists there."""
         first = self.slots[0]
         if first.ctx.baselines:
-            try:
+            end = {}
+            with contextlib.suppress(WorkerFailed):
                 end = first.worker.baselines()
-            except WorkerFailed:
-                end = {}
             self.store.add(*records.baseline_rows(self.ctx.run_id, end, "end", first.ctx.device))
             start = first.ctx.baselines
             drifts = [abs(end[label][b] / start[label][b] - 1) for label in end for b in ("flash_ms", "cudnn_ms")
@@ -362,8 +364,7 @@ class Sweep:
             self.retime_finalists()
 
     def _retime_on_devices(self, chosen: dict[str, list]) -> dict[str, Rounds]:
-        """Each shape's finalists re-timed together on one device (so a shape's configs are
-        never compared across GPUs); with several devices, the shapes are dealt out among them."""
+        """Each shape's finalists together on one device (never compared across GPUs), shapes dealt out."""
         slots, rounds = self.slots, finalists.protocol(self.options.retime, self.options.rounds)
         share = {slot.index: {label: configs for i, (label, configs) in enumerate(chosen.items())
                               if i % len(slots) == slot.index} for slot in slots}

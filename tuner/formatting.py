@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
-__all__ = ["fmt", "pct", "usage_error"]
+__all__ = ["fmt", "headline", "pct", "usage_error"]
 
 
 def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
@@ -23,3 +24,21 @@ def fmt(value, spec: str = "", missing: str = "n/a") -> str:
 def pct(value: float | None) -> str:
     """A percentage with no decimals, ``143%``, or n/a."""
     return fmt(value, ".0f") + ("%" if value is not None else "")
+
+
+# Lines of a compiler's error that say nothing on their own: separators, carets, headers, the repro command.
+_FILLER = re.compile(r"^(=+|-+|\^+|`ptxas` stderr:|Repro command:.*|please share the reproducer.*|at \d+:\d+:)$")
+
+
+def headline(reason: str | None, width: int = 160) -> str:
+    """A long error's one line for a log: its type, then the compiler's own diagnostic where there is
+    one (``ptxas fatal : ...``, ``error: ...``, ``LLVM ERROR: ...``); else the first meaningful line, or
+    for a ``CompilationError`` (the source lines, a caret, then the message) the last."""
+    text = (reason or "").strip()
+    kind, _, rest = text.partition(": ") if re.match(r"^\w+: ", text) else ("", "", text)
+    lines = [" ".join(line.split()) for line in rest.splitlines()]
+    lines = [line for line in lines if line and not _FILLER.match(line)]
+    diagnostic = [line for line in lines if re.match(r"^(ptxas (error|fatal)|error:|LLVM ERROR)", line, re.I)]
+    said = (diagnostic or [""])[0] or (lines[-1] if kind == "CompilationError" and lines else lines[0] if lines else "")
+    line = f"{kind}: {said}" if kind else said
+    return line if len(line) <= width else line[:width - 3] + "..."

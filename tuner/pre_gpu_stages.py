@@ -47,10 +47,9 @@ def budget_stage(config, study: Study, target: GpuSpec) -> Rejection | None:
         result = budget.verdict(config, shape, target, None)
         if result.verdict in (Status.OVER_REGISTERS, Status.INVALID):
             return Rejection(result.verdict, Stage.BUDGET, result.reason, {"budget_verdict": str(result.verdict)})
-        if not study.allowed(config, shape.head_dim):
-            return Rejection(Status.RESTRICTED, Stage.BUDGET,
-                             f"excluded by the study's restrictions {list(study.restrictions)}",
-                             {"budget_verdict": str(Status.RESTRICTED)})
+        why = study.restricted_by(config, shape.head_dim)
+        if why:
+            return Rejection(Status.RESTRICTED, Stage.BUDGET, why, {"budget_verdict": str(Status.RESTRICTED)})
         if not result.launchable:
             return Rejection(result.verdict, Stage.BUDGET, result.reason, {
                 "budget_verdict": str(result.verdict), "model_smem_bytes": result.model_bytes,

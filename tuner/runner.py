@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import socket
 import threading
 import time
@@ -35,6 +36,7 @@ from kernel.clock import sm_clock
 from kernel.retime import Candidate, Rounds, WallCandidate, adaptive_rounds, fixed_rounds
 from kernel.timing import WALL, runs
 from tuner import kernels
+from tuner.budget import quiet_compiler_pages
 from tuner.gate import GateShape, finite
 from tuner.kernels import Case, GateResult
 from tuner.outcome import SDPA_KEYS, NamedError, ShapeOutcome, TrialOutcome, WorkerFailed
@@ -246,6 +248,11 @@ _SPAWN_LOCK = threading.Lock()     # the environment a worker inherits is set ar
 
 def _serve(conn, kernel_name: tuple[str, str], shapes, timing, device) -> None:
     """The worker's loop: one request in, one reply out, until told to stop."""
+    # Ctrl-C reaches the whole process group: the sweep decides (the trial in flight finishes), the worker
+    # goes on. A failing JIT compile's pages (Triton prints ptxas's reproducer to stdout) go to the
+    # compile log; stderr stays the sweep's, for a crash's last words.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_compiler_pages((1,))
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     else:

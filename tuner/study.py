@@ -27,6 +27,12 @@ A study is a TOML file in ``studies/``::
     warmup_ms = 10
     rep_ms = 40
 
+A restriction is arithmetic (``+ - * // %``), comparisons and ``and``/``or``/``not`` over the kernel's
+axes, ``head_dim`` and the knobs, with integer constants; one that cannot be parsed or names anything
+else refuses the file when it is loaded. One that raises for a config (``block_m // (num_stages - 1)``
+at ``num_stages = 1``) rejects that config as ``restricted``, with the reason ("restriction '...'
+raised ZeroDivisionError"): a config the rule cannot judge is never searched; the others still are.
+
 Several ``[[problem]]`` tables may be given instead of one ``[problem]``. Every error
 names the file, the field and what is allowed (:class:`StudyError`). The shipped
 studies are package data (``tuner.studies``), found from any working directory.
@@ -37,6 +43,7 @@ refuse a different study that reuses a stored name.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import itertools
 import json
@@ -122,8 +129,20 @@ class Study:
 
     def allowed(self, config, head_dim: int) -> bool:
         """Whether the study's own restrictions keep this config."""
+        return self.restricted_by(config, head_dim) is None
+
+    def restricted_by(self, config, head_dim: int) -> str | None:
+        """Why the study's own restrictions reject this config at this head dim, or None: the
+        first restriction that is false, or that raises for it (the error named)."""
         names = {name: int(value) for name, value in asdict(config).items()} | {"head_dim": head_dim}
-        return all(_evaluate(text, names) for text in self.restrictions)
+        for text in self.restrictions:
+            try:
+                kept = _evaluate(text, names)
+            except Exception as exc:    # arithmetic only (vetted nodes): ZeroDivisionError and its kind
+                return f"restriction {text!r} raised {type(exc).__name__} at head_dim {head_dim}"
+            if not kept:
+                return f"excluded by the study's restrictions {list(self.restrictions)}"
+        return None
 
     def configs(self) -> list:
         """The configs the study searches: the space less its restrictions (at every head dim)."""
@@ -231,7 +250,9 @@ def load(name_or_path: str) -> Study:
                   restrictions=restrictions, metric=metric, timing=Timing(**timing_table), path=where,
                   kernel_name=kernel_name, pass_=pass_)
     if not study.configs():
-        raise StudyError(f"{where}: [space] restrictions leave no config to search")
+        first = study.space.all_configs()[0]
+        why = study.restricted_by(first, study.shapes[0].head_dim) or "its restrictions"
+        raise StudyError(f"{where}: [space] restrictions leave no config to search (e.g. {first.key}: {why})")
     return study
 
 
@@ -327,7 +348,7 @@ def _space(table, where: str, kernel: kernels.TunableKernel) -> tuple[SearchSpac
         raise StudyError(f"{where}: [space] restrictions must be a list of strings such as \"block_m >= block_n\"")
     names = restriction_names(kernel)
     for text in restrictions:
-        _parse_restriction(text, names, where)
+        _compiled(text, names, where)
     return kernel.space(**values), tuple(restrictions)
 
 
@@ -364,6 +385,16 @@ def _parse_restriction(text: str, names: tuple[str, ...], where: str = "") -> as
     return tree
 
 
+@functools.lru_cache(maxsize=256)
+def _compiled(text: str, names: tuple[str, ...], where: str = ""):
+    """A restriction parsed, vetted and compiled once (a sweep judges thousands of configs)."""
+    tree = _parse_restriction(text, names, where)
+    try:
+        return compile(tree, "<restriction>", "eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise StudyError(f"{where}: [space] restriction {text!r} cannot be compiled ({type(exc).__name__})") from None
+
+
 def _evaluate(text: str, names: dict[str, int]) -> bool:
-    code = compile(_parse_restriction(text, tuple(names)), "<restriction>", "eval")
-    return bool(eval(code, {"__builtins__": {}}, names))  # noqa: S307 (only vetted nodes reach here)
+    """The restriction's value for one config; raises what the arithmetic raises (e.g. ZeroDivisionError)."""
+    return bool(eval(_compiled(text, tuple(names)), {"__builtins__": {}}, names))  # noqa: S307 (vetted nodes only)

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import socket
 import sys
+import threading
 from pathlib import Path
 
 from tuner import search
+from tuner.budget_only import optuna_study_name
 from tuner.driver import Sweep, SweepOptions
 from tuner.finalists import RETIMES
 from tuner.formatting import usage_error
@@ -25,7 +29,18 @@ from tuner.outcome import WorkerFailed
 from tuner.records import RunContext
 from tuner.report import summary
 from tuner.status import Status
-from tuner.store import DEFAULT_OUT, Run, Store, StoreError, in_memory, parse_url
+from tuner.store import (
+    DEFAULT_OUT,
+    INTERRUPTED,
+    Run,
+    RunHeartbeat,
+    Store,
+    StoreError,
+    in_memory,
+    mark_gone_runs,
+    now,
+    parse_url,
+)
 from tuner.study import PASSES, StudyError, load
 
 DEFAULT_STUDY = "article"
@@ -42,8 +57,13 @@ EXAMPLES = f"""examples:
 Outputs go to --out ({DEFAULT_OUT}/ by default): the database tuning.db, dashboards/ and
 configs/<study>_<target>_configs.py, a @triton.autotune list to paste into your code.
 Interrupted (Ctrl-C, kill -9, a crash)? Run the same command again to resume: finished trials are
-kept, the one in flight is redone, nothing is timed twice. Without a CUDA GPU the sweep
-runs the budget stage for --gpu (compiling for it on the CPU), stores it, and stops.
+kept, the one in flight is redone, nothing is timed twice. Ctrl-C marks the run interrupted in the
+store (exit 130); a run whose process is gone is marked so by the next sweep. Without a CUDA GPU the
+sweep runs the budget stage for --gpu (compiling for it on the CPU), stores it, and stops; its
+verdicts are also the Optuna study <study>@<target>-budget, for optuna-dashboard.
+A study restriction that raises for a config (e.g. divides by zero) rejects that config as
+restricted, naming the error; one that cannot be parsed refuses the study file.
+--storage refuses a database that holds other tables and none of ours, unless --storage-init.
 """
 
 
@@ -70,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--storage", help="SQLAlchemy database URL for results and the Optuna study "
                                           "(default sqlite:///OUT/tuning.db)")
+    parser.add_argument("--storage-init", action="store_true",
+                        help="add the tuner's tables to a database that holds other tables and none of ours (refused "
+                             "without it); its journal mode is left as it is")
     parser.add_argument("--seed", type=int, help="sampler seed, for a reproducible search")
     parser.add_argument("--jobs", type=int, help="compile processes (default: all cores but two)")
     parser.add_argument("--batch", type=int, help="trials asked at once and compiled together "
@@ -191,7 +214,7 @@ def main(argv=None) -> int:
         return usage_error(parser, problem)
     args.workers = workers
     try:
-        db = Store(url)
+        db = Store(url, adopt=args.storage_init)
         stored = db.claim_study(study.name, study.fingerprint, study.path)
     except StoreError as exc:
         return usage_error(parser, f"--storage: {exc}")
@@ -207,47 +230,104 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
 
     env = environment()
     command = " ".join(["python -m tuner.sweep"] + list(argv if argv is not None else sys.argv[1:]))
+    for gone in mark_gone_runs(db, search.GRACE_S):
+        print(f"note: run {gone.id} ({gone.command!r} on {gone.host}, pid {gone.pid}) was left running by a process "
+              f"that is gone (kill -9, a crash, a lost host): marked {INTERRUPTED}", file=sys.stderr)
     run = Run(study=study.name, target=target.name, gpu=gpu_label, sampler=args.sampler, command=command,
               torch_version=env["torch"], triton_version=env["triton"], driver=env["driver"],
-              kernel=study.kernel_name, pass_=study.pass_)
+              kernel=study.kernel_name, pass_=study.pass_, host=socket.gethostname(), pid=os.getpid(),
+              heartbeat_at=now())
     db.add(run)
     ctx = RunContext(study=study, target=target, gpu_label=gpu_label, env=env, run_id=run.id)
-    options = SweepOptions(sampler=args.sampler, trials=args.trials, timeout_s=args.timeout, seed=args.seed,
-                           jobs=args.jobs, batch=args.batch, trial_timeout_s=args.trial_timeout, device=args.device,
-                           finalists=args.finalists, rounds=args.rounds, retime=args.retime, workers=args.workers)
-    sweep = Sweep(ctx, db, present, options)
+    heartbeat = RunHeartbeat(db, run.id, search.HEARTBEAT_S)
+    heartbeat.start()
+    main_thread = threading.current_thread() is threading.main_thread()      # signals are the main thread's
+    previous = signal.signal(signal.SIGINT, _first_interrupt) if main_thread else None
+    try:
+        return _search_and_outputs(args, ctx, present, db)
+    except KeyboardInterrupt:
+        if main_thread:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)     # the message and the row come first
+        return _interrupted(db, ctx, command, budget_only=present is None and args.device != "cpu")
+    finally:
+        heartbeat.stop()
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _first_interrupt(_signum, _frame) -> None:
+    """Ctrl-C: say what happens now; a second Ctrl-C drops the trials in flight as well."""
+    print("\nCtrl-C: stopping; the trials in flight are finished and stored first (Ctrl-C again to drop them)",
+          file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    raise KeyboardInterrupt
+
+
+def _interrupted(db: Store, ctx: RunContext, command: str, budget_only: bool) -> int:
+    """After Ctrl-C: the run marked interrupted, what was kept, and the command that resumes."""
+    if next((r.status for r in db.runs(ctx.study.name) if r.id == ctx.run_id), None) == "running":
+        db.finish_run(ctx.run_id, INTERRUPTED)
+    rows = db.results(ctx.study.name, ctx.target.name, ctx.gpu_label)
+    mine = len({r.config for r in rows if r.run_id == ctx.run_id})
+    kept = (f"interrupted: {mine} config(s) stored by this run, {len({r.config for r in rows})} in the store for "
+            f"{ctx.study.name} on {ctx.target.name}")
+    if budget_only and not mine:
+        kept += " (the budget stage stores its verdicts at its end; its compiles so far are cached, so a rerun "\
+                "starts from them)"
+    print(f"{kept}; run {ctx.run_id} is marked {INTERRUPTED} in {db.url}. Resume with the same command (nothing "
+          f"stored is redone):\n  {command}", file=sys.stderr)
+    return 130
+
+
+def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
+    """The search (or, without a GPU, the budget stage), the run's end in the store, and the outputs."""
+    sweep = Sweep(ctx, db, present, SweepOptions(
+        sampler=args.sampler, trials=args.trials, timeout_s=args.timeout, seed=args.seed, jobs=args.jobs,
+        batch=args.batch, trial_timeout_s=args.trial_timeout, device=args.device, finalists=args.finalists,
+        rounds=args.rounds, retime=args.retime, workers=args.workers))
+    study, target = ctx.study, ctx.target
     print(f"study {study.name} ({study.path}): {len(study.shapes)} shape(s), {len(study.space.all_configs())} "
-          f"configs; target {target.name}; GPU used: {gpu_label}"
+          f"configs; target {target.name}; GPU used: {ctx.gpu_label}"
           + (f" x {args.workers} workers" if args.workers > 1 else "") + f"; storage {db.url}", file=sys.stderr)
     if present is None and args.device != "cpu":
         counts = sweep.budget_only()
-        db.finish_run(run.id, "budget-only")
-        print(summary(ctx, db.results(study.name, target.name, gpu_label), counts, None))
-        print(f"\nNo CUDA GPU here, so the sweep stopped after the budget stage: {counts.get(Status.PENDING, 0)} "
-              f"configs fit {target.name} and wait to be checked and timed, which needs the GPU itself. Results are "
-              f"in {db.url}. Run the same command on a machine with the GPU.")
+        db.finish_run(ctx.run_id, "budget-only")
+        print(summary(ctx, db.results(study.name, target.name, ctx.gpu_label), counts, None))
         if args.profile:
             print("profile skipped: profiling needs the GPU, and there is none here", file=sys.stderr)
         _outputs(args, ctx, db)
+        print(_budget_only_ending(args, ctx, db, counts))
         return 0
     try:
         counts = sweep.run()
-    except KeyboardInterrupt:
-        db.finish_run(run.id, "interrupted")
-        print("\ninterrupted: every finished trial is stored; run the same command to resume.", file=sys.stderr)
-        return 130
     except (WorkerFailed, RuntimeError) as exc:
-        db.finish_run(run.id, "failed")
+        db.finish_run(ctx.run_id, "failed")
         what = ("the GPU worker could not measure the SDPA baselines" if isinstance(exc, WorkerFailed)
                 else f"the sweep stopped on {type(exc).__name__}")
         print(f"error: {what}: {exc}. Finished trials are stored; fix the cause and run the same command to resume.",
               file=sys.stderr)
         return 1
-    db.finish_run(run.id, "finished")
-    print(summary(ctx, db.results(study.name, target.name, gpu_label), counts, sweep.clock, sweep.verdicts))
+    db.finish_run(ctx.run_id, "finished")
+    print(summary(ctx, db.results(study.name, target.name, ctx.gpu_label), counts, sweep.clock, sweep.verdicts))
     _profile(args, ctx, db)
     _outputs(args, ctx, db)
     return 0
+
+
+def _budget_only_ending(args, ctx: RunContext, db: Store, counts) -> str:
+    """The closing lines of a run without a GPU: what it wrote, what it could not, what to run next."""
+    fit = counts.get(Status.PENDING, 0)
+    configs = Path(args.out) / "configs" / f"{ctx.study.name}_{ctx.target.name}_configs.py"
+    return "\n".join([
+        "",
+        f"No CUDA GPU here, so the sweep stopped after the budget stage: {fit} of {sum(counts.values())} configs fit "
+        f"{ctx.target.name} and wait to be checked and timed, which needs the GPU itself.",
+        f"No config list was written ({configs} lists timed configs, and none was timed). To time them, run the "
+        f"same command on a machine with the GPU (--gpu {ctx.target.name}, or --gpu auto there), with this database "
+        f"copied along or --storage naming one both machines reach.",
+        f"Results: {db.url}; the verdicts are also the Optuna study {optuna_study_name(ctx)!r} "
+        f"(optuna-dashboard {db.url}): fits are COMPLETE trials valued by the shared memory they use, rejections "
+        f"PRUNED, compile errors FAIL, each with its reason."])
 
 
 def _profile(args, ctx: RunContext, db: Store) -> None:

@@ -13,13 +13,16 @@ from tuner.budget._compile import (
     CompileTask,
     cache_dir,
     compile_config,
+    compile_log,
     compile_many,
     compile_tasks,
+    quiet_compiler_pages,
     read_resource_usage,
 )
 from tuner.budget._verdict import BudgetResult, check, check_many, smem_limit, verdict
 
 __all__ = [
     "BudgetResult", "CompileInfo", "CompilePool", "CompileTask", "cache_dir", "check", "check_many", "compile_config",
-    "compile_many", "compile_tasks", "read_resource_usage", "smem_limit", "verdict",
+    "compile_log", "compile_many", "compile_tasks", "quiet_compiler_pages", "read_resource_usage", "smem_limit",
+    "verdict",
 ]

@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 from tuner import kernels
 from tuner.budget._verdict import check_many
-from tuner.formatting import fmt, usage_error
+from tuner.formatting import fmt, headline, usage_error
 from tuner.gpus import GpuSpec, valid_names
 from tuner.problem import DTYPE_BYTES, HEAD_DIMS, Problem
 
@@ -97,8 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"problem {problem.label}")
     print(f"{'config':>16} {'model B':>8} {'compiled B':>10} {'limit B':>8} {'regs':>5} {'spill':>6}  verdict")
     for r in results:
+        # one line per config: a compile error's headline (--json has it whole), the verdict said once
+        reason = headline(r.reason, 200).removeprefix(f"{r.verdict}: ")
         print(f"{r.config.key:>16} {r.model_bytes:>8} {fmt(r.compiled_bytes, missing=''):>10} {r.limit_bytes:>8} "
-              f"{fmt(r.registers, missing=''):>5} {fmt(r.spill_bytes, missing=''):>6}  {r.verdict}: {r.reason}")
+              f"{fmt(r.registers, missing=''):>5} {fmt(r.spill_bytes, missing=''):>6}  {r.verdict}: {reason}")
     counts: dict[str, int] = {}
     for r in results:
         counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1

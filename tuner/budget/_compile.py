@@ -18,7 +18,9 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.problem import Problem
+
+MAX_ERROR_CHARS = 8000     # a compile error kept this long in the store (ptxas's lines, the repro command)
 
 
 @dataclass(frozen=True)
@@ -186,8 +190,8 @@ def _compile_unit(unit, capability: int, via_jit: bool) -> CompileInfo:
             source = _source_type(unit.fn)(unit.fn, unit.signature, unit.constexprs, unit.attrs)
             compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=unit.options)
     except Exception as exc:  # a config the compiler rejects is a result, not a crash
-        message = str(exc).strip().splitlines()
-        return CompileInfo(error=f"{type(exc).__name__}: {message[-1] if message else ''}"[:500], name=unit.name,
+        # kept whole (ptxas's own lines are in it), for the store; logs show its headline
+        return CompileInfo(error=f"{type(exc).__name__}: {str(exc).strip()}"[:MAX_ERROR_CHARS], name=unit.name,
                            num_warps=unit.num_warps)
     cubin = compiled.asm["cubin"]
     registers, stack, static_shared = read_resource_usage(cubin)
@@ -228,12 +232,30 @@ def _without_interpreter():
             os.environ["TRITON_INTERPRET"] = saved
 
 
-def _worker_init() -> None:
-    # A failing compile prints pages of PTX "reproducer" to stderr; its last line is kept
-    # as the config's reason, the pages go to a log beside the cache.
-    log = cache_dir() / "compile-errors.log"
+def compile_log() -> Path:
+    """Where compiler output goes: the log beside the cache."""
+    return cache_dir() / "compile-errors.log"
+
+
+def quiet_compiler_pages(descriptors: tuple[int, ...] = (1, 2)) -> None:
+    """Send this process's stdout and stderr (file descriptors 1 and 2, children's too; or those
+    given) to :func:`compile_log`. A failing compile prints pages: Triton prints ptxas's reproducer (the
+    whole PTX) to stdout, MLIR its diagnostics to stderr. The error itself is kept in full as
+    the config's reason in the store, and the sweep's log gets one line per config."""
+    log = compile_log()
     log.parent.mkdir(parents=True, exist_ok=True)
-    os.dup2(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), 2)
+    descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    for target in descriptors:
+        os.dup2(descriptor, target)
+    os.close(descriptor)
+
+
+def _worker_init() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the sweep's to handle; it closes the pool
+    quiet_compiler_pages()
 
 
 def _import_compiler() -> None:

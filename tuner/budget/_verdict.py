@@ -16,6 +16,7 @@ from tuner.budget._compile import CompileInfo, CompilePool, CompileTask, compile
 from tuner.gpus import GpuSpec
 from tuner.kernels import kernel_of
 from tuner.problem import Problem
+from tuner.space import LOG2
 from tuner.status import LAUNCHABLE, Status
 
 
@@ -73,13 +74,27 @@ def _compiled_verdict(config, gpu: GpuSpec, info: CompileInfo) -> tuple[Status, 
                                   for where, unit, limit in judged)
 
 
+def outside_allowed(config) -> str | None:
+    """The first field of the config outside the values its kernel allows (a study's space can
+    only hold those; ``--config 100,64,4,3`` can), naming them; None if every field is allowed.
+    The compiler is never asked: Triton's answer to a tile of 100 is a caret under the source."""
+    for axis in type(config).axes():
+        value = getattr(config, axis.name)
+        if value not in axis.allowed:
+            rule = " (powers of two only)" if axis.tpe == LOG2 else ""
+            values = [str(v) for v in axis.allowed]
+            shown = ", ".join(values if len(values) <= 10 else values[:3] + ["...", values[-1]])
+            return f"{axis.name}={value!r} is not allowed{rule}; use one of {shown}"
+    return None
+
+
 def verdict(config, problem: Problem, gpu: GpuSpec, info: CompileInfo | None) -> BudgetResult:
     """Judge one config of any kernel; ``info`` None means the model alone decides (no compile)."""
     kernel = kernel_of(config)
     model = kernel.model_smem_bytes(config, problem, gpu)
     limit = smem_limit(info, gpu)
     base = dict(config=config, target=gpu.name, model_bytes=model, limit_bytes=limit)
-    why_not = kernel.restriction(config, problem.head_dim)
+    why_not = kernel.restriction(config, problem.head_dim) or outside_allowed(config)
     if why_not:
         kind = Status.OVER_REGISTERS if why_not.startswith("registers") else Status.INVALID
         return BudgetResult(verdict=kind, reason=why_not, **base)
@@ -100,7 +115,8 @@ def check_many(configs: Iterable, problem: Problem, gpu: GpuSpec, compile: bool 
                jobs: int | None = None, progress=None, pool: CompilePool | None = None) -> list[BudgetResult]:
     """Judge many configs; the ones the restrictions or the budget rules reject are never compiled."""
     configs = list(configs)
-    to_compile = [c for c in configs if kernel_of(c).restriction(c, problem.head_dim) is None
+    to_compile = [c for c in configs if outside_allowed(c) is None
+                  and kernel_of(c).restriction(c, problem.head_dim) is None
                   and kernel_of(c).budget_rule(c, gpu) is None] if compile else []
     tasks = [CompileTask(c, problem, gpu.capability) for c in to_compile]
     infos = dict(zip(to_compile, compile_many(tasks, jobs, progress, pool)))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 from pathlib import Path
 
 from tuner.dashboard._pages import DEFAULT_DIR, build_all
@@ -40,6 +42,24 @@ def main(argv=None) -> int:
     missing = sorted(set(args.shape or []) - known)
     if missing:
         return usage_error(parser, f"--shape {missing[0]!r} is not in the store; it has {', '.join(sorted(known))}")
-    pages = build_all(db, args.out, args.study, args.plotlyjs, args.shape)
+    problem = writable_folder(args.out)
+    if problem:
+        return usage_error(parser, f"--out {str(args.out)!r}: {problem}")
+    try:
+        pages = build_all(db, args.out, args.study, args.plotlyjs, args.shape)
+    except OSError as exc:
+        return usage_error(parser, f"--out {str(args.out)!r}: cannot write the pages: {exc.strerror or exc}")
     print(f"wrote {len(pages)} pages to {args.out}/ (open {args.out / 'index.html'})")
     return 0
+
+
+def writable_folder(folder: Path) -> str | None:
+    """Why the pages cannot go in ``folder`` (made if missing), or None: tried by making it and a
+    file in it, since permissions alone do not say (root, a read-only mount)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fa2-tuner-write-test-"):
+            pass
+    except OSError as exc:
+        return f"cannot write there ({exc.strerror or type(exc).__name__}); give a folder you can write to"
+    return None if os.access(folder, os.W_OK) else "cannot write there; give a folder you can write to"

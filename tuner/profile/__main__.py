@@ -87,14 +87,15 @@ def main(argv=None) -> int:
         return usage_error(parser, problem)
     try:
         db = Store(args.storage, create=False)
-        ncu = find_ncu(args.ncu)
     except StoreError as exc:
         return usage_error(parser, f"--storage: {exc}")
-    except NcuMissing as exc:
-        return usage_error(parser, str(exc))
-    gpu = _present_gpu(parser)
+    gpu = _present_gpu(parser)          # no GPU is the first thing to say: ncu would not help without one
     if isinstance(gpu, int):
         return gpu
+    try:
+        ncu = find_ncu(args.ncu)
+    except NcuMissing as exc:
+        return usage_error(parser, str(exc))
     stored = sorted({r.gpu for r in db.results(study.name, target.name)})
     if gpu not in stored:
         return usage_error(parser, f"{args.storage} has no results of {study.name} for {target.name} measured on "

@@ -18,6 +18,7 @@ faster than SDPA. Readers open a store with ``create=False``: a mistyped path is
 error, never a new empty database.
 """
 
+from tuner.store._runs import INTERRUPTED, RunHeartbeat, mark_gone_runs, pid_alive, run_gone
 from tuner.store._store import (
     DEFAULT_OUT,
     DEFAULT_URL,
@@ -43,6 +44,7 @@ from tuner.store._tables import (
     now,
 )
 
-__all__ = ["CONFIG_KEY_LENGTH", "DEFAULT_OUT", "DEFAULT_URL", "SQLITE_LOCK_TIMEOUT_S", "TABLES", "Base", "Baseline",
-           "Finalist", "Profile", "Result", "Run", "Store", "StoreError", "StudyRecord", "engine_options", "in_memory",
-           "mentions", "now", "parse_url", "retrying"]
+__all__ = ["CONFIG_KEY_LENGTH", "DEFAULT_OUT", "DEFAULT_URL", "INTERRUPTED", "SQLITE_LOCK_TIMEOUT_S", "TABLES", "Base",
+           "Baseline", "Finalist", "Profile", "Result", "Run", "RunHeartbeat", "Store", "StoreError", "StudyRecord",
+           "engine_options", "in_memory", "mark_gone_runs", "mentions", "now", "parse_url", "pid_alive", "retrying",
+           "run_gone"]

@@ -21,6 +21,8 @@ DEFAULT_OUT = "fa2-out"
 DEFAULT_URL = f"sqlite:///{DEFAULT_OUT}/tuning.db"
 # SQLite writers (ours, Optuna's, other sweeps') wait this long for each other's lock rather than fail.
 SQLITE_LOCK_TIMEOUT_S = 60
+# An Optuna RDB storage has these (among others): a database of Optuna's alone is welcome.
+OPTUNA_TABLES = frozenset({"studies", "trials", "version_info"})
 
 
 class StoreError(RuntimeError):
@@ -116,6 +118,19 @@ def _transient(exc: Exception) -> bool:
         word in text for word in ("deadlock", "could not serialize", "database is locked"))
 
 
+def _check_sqlite(engine) -> None:
+    """An existing SQLite file, read through before anything is written to it: a header that
+    opens over pages that are garbage ("database disk image is malformed" in the middle of a
+    sweep) is refused now, with SQLite's first complaint. Reads only; ``quick_check`` is linear
+    in the file's size (milliseconds for a sweep's store)."""
+    with engine.connect() as connection:
+        found = [row[0] for row in connection.exec_driver_sql("PRAGMA quick_check(1)")]
+    if found != ["ok"]:
+        said = " ".join(" ".join(found).replace("*** in database main ***", "").split())   # one line
+        raise StoreError(f"{engine.url}: cannot open: the database is corrupt (SQLite's quick_check: {said[:200]}); "
+                         f"restore it from a copy or give another --storage")
+
+
 DDL_LOCK = 0x6661327475   # "fa2tu": PostgreSQL advisory lock that serialises table creation across hosts
 
 
@@ -146,17 +161,22 @@ class Store:
         create: make the database and its tables if missing (the sweep); readers pass
             False, and a database that is missing or holds no fa2-tuner tables is a
             :class:`StoreError`.
+        adopt: add our tables to a database that holds other tables and none of ours (a
+            writer otherwise refuses it: ``--storage-init``). Its journal mode is left as it is:
+            write-ahead logging is switched on only in a SQLite file this store creates.
 
     Raises:
-        StoreError: the URL names no usable store; the message says why.
+        StoreError: the URL names no usable store (missing, corrupt, someone else's); the
+            message says why. Nothing has been written to it then.
     """
 
-    def __init__(self, url: str = DEFAULT_URL, create: bool = True):
+    def __init__(self, url: str = DEFAULT_URL, create: bool = True, adopt: bool = False):
         self.url = url
         parsed = parse_url(url)
         file = parsed.database if parsed.get_backend_name() == "sqlite" and not in_memory(parsed) else None
         if file and not create and not Path(file).is_file():
             raise StoreError(f"{url}: no such database file {file!r}")
+        new_file = bool(file) and (not Path(file).is_file() or Path(file).stat().st_size == 0)
         if file and create:
             try:
                 Path(file).parent.mkdir(parents=True, exist_ok=True)
@@ -165,25 +185,34 @@ class Store:
         try:
             self.engine = create_engine(url, **engine_options(parsed))
             event.listen(self.engine, "connect", _sqlite_commits_without_fsync)
-            if file and create:
+            if file and not new_file:
+                _check_sqlite(self.engine)
+            if new_file and create:
                 with self.engine.connect() as connection:
                     # Write-ahead logging: a commit survives kill -9 and costs one sync, not several.
                     connection.exec_driver_sql("PRAGMA journal_mode=WAL")
-            self._open(url, create)
+            self._open(url, create, adopt)
         except StoreError:
             raise
         except Exception as exc:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise StoreError(f"{url}: cannot open: {type(exc).__name__}: {detail[:300]}") from None
 
-    def _open(self, url: str, create: bool) -> None:
+    def _open(self, url: str, create: bool, adopt: bool) -> None:
         """Make the tables (a writer), or check they are there (a reader); either way add what
-        an older fa2-tuner's store lacks (tables, nullable columns, wider keys)."""
-        if not create:
-            present = set(inspect(self.engine).get_table_names())
-            if not set(TABLES) <= present:
-                raise StoreError(f"{url}: not an fa2-tuner store (no {', '.join(TABLES)} tables); "
-                                 f"run python -m tuner.sweep with --storage {url} first")
+        an older fa2-tuner's store lacks (tables, nullable columns, wider keys). A database
+        with tables, none of them ours, is someone else's: refused unless ``adopt``."""
+        present = set(inspect(self.engine).get_table_names())
+        # ours: a store's tables, or an Optuna storage's (the sweep shares its study by design)
+        ours = any(name.startswith("fa2_") for name in present) or present >= OPTUNA_TABLES
+        if not create and not set(TABLES) <= present:
+            raise StoreError(f"{url}: not an fa2-tuner store (no {', '.join(TABLES)} tables); "
+                             f"run python -m tuner.sweep with --storage {url} first")
+        if present and not ours and not adopt:
+            shown = ", ".join(sorted(present)[:5]) + (", ..." if len(present) > 5 else "")
+            raise StoreError(f"{url}: holds {len(present)} table(s) of something else ({shown}) and none of "
+                             f"fa2-tuner's; give another database, or pass --storage-init to add fa2-tuner's "
+                             f"tables (and Optuna's) to this one")
         _create_tables(self.engine)
 
     @contextmanager

@@ -49,7 +49,12 @@ class Run(Base):
     driver: Mapped[str] = mapped_column(String(64))
     started_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    # running, finished, budget-only, failed, interrupted (Ctrl-C, or its process found gone: tuner.store._runs)
     status: Mapped[str] = mapped_column(String(32), default="running")
+    # who runs it, and when it last said so (NULL in rows of an fa2-tuner before these columns)
+    host: Mapped[str | None] = mapped_column(String(255))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
 
 
 class Baseline(Base):
