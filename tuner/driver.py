@@ -121,7 +121,7 @@ class Sweep:
             print(f"resuming: {len(self.search.orphans)} trial(s) left in flight by a stopped sweep will be finished "
                   f"first ({', '.join(o.config.key for o in self.search.orphans)})", file=sys.stderr)
         if self.search.foreign:
-            print(f"note: {self.search.foreign} trial(s) are running in another live sweep of this study", file=sys.stderr)
+            print(f"note: {self.search.foreign} trial(s) are running in another live sweep of it", file=sys.stderr)
         cores = os.cpu_count() or 1
         self.batch = options.batch or (max(2, cores - 2, 2 * options.workers) if options.sampler != "tpe"
                                        else max(4, 2 * options.workers))
