@@ -141,11 +141,16 @@ stage() {
            TRITON_CACHE_DIR=$S/triton timeout 200 python3 -m benchmarks.finalists agree --storage "sqlite:///$S/main.db" \
              --study article --gpu sm_89 --markdown "$S/agree.md" > "$S/agree.log" 2>&1
            echo "agree rc=$?"; tail -14 "$S/agree.log"
-           /usr/bin/time -f "race wall %e s" timeout 420 python3 -m benchmarks.search speed --markdown "$S/race.md" \
-             > "$S/race.log" 2>&1; echo "race rc=$?"; tail -14 "$S/race.log"
+           [ -n "${NO_RACE:-}" ] || { /usr/bin/time -f "race wall %e s" timeout 420 python3 -m benchmarks.search speed \
+             --markdown "$S/race.md" > "$S/race.log" 2>&1; echo "race rc=$?"; tail -14 "$S/race.log"; }
+           [ -n "${THEN_TESTS:-}" ] && bash "$0" run gpufinal
            TRITON_CACHE_DIR=$S/triton timeout 120 python3 -m benchmarks.search stability --storage "sqlite:///$S/main.db" \
              --study article --gpu sm_89 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" --top 5 --repeats 5 \
              --markdown "$S/stability.md" > "$S/stability.log" 2>&1; echo "stability rc=$?"; tail -12 "$S/stability.log";;
+    gpufinal) timeout ${TESTS_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_bad_kernel_inputs.py \
+                tests/test_tma_layouts.py tests/test_timing.py tests/test_sweep.py tests/test_emit.py tests/test_bad_inputs.py \
+                tests/test_budget.py -k "not verdicts_hold" > "$W/gpufinal.log" 2>&1; echo "gpufinal rc=$?"
+              grep -E "passed|failed|FAILED|ERROR" "$W/gpufinal.log" | tail -8; grep -E "^E " "$W/gpufinal.log" | head -8;;
     dash) python3 -m tuner.dashboard --storage "sqlite:///$W/grid1.db" --out "$W/dash" --plotlyjs cdn 2>&1 | tail -2;;
     *) echo "unknown stage $1";;
   esac
