@@ -51,5 +51,5 @@ def test_speed_without_a_gpu_says_so(capsys):
 
     if torch.cuda.is_available():
         return
-    assert search.main(["speed", "--study", str(STUDIES / "autotune_race_small.toml")]) == 1
-    assert "needs a CUDA GPU" in capsys.readouterr().err
+    assert search.main(["speed", "--study", str(STUDIES / "autotune_race_small.toml")]) == 2
+    assert "no CUDA GPU is visible here" in capsys.readouterr().err

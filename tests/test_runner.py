@@ -59,9 +59,11 @@ def test_a_correct_config_records_every_error_and_bound():
 def test_retime_runs_every_config_once_per_round():
     a, b = Config(16, 16, 1, 1), Config(32, 16, 1, 1)
     with GpuWorker(SHAPES, (1, 1), timeout_s=60, device="cpu") as worker:
-        times = worker.retime({SHAPES[0].label: [a, b]}, 3)
-    assert set(times) == {SHAPES[0].label}
-    assert {key: len(ms) for key, ms in times[SHAPES[0].label].items()} == {a.key: 3, b.key: 3}
+        fixed = worker.retime({SHAPES[0].label: [a, b]}, ("fixed", 3))
+        adaptive = worker.retime({SHAPES[0].label: [a, b]}, ("adaptive", (0.0, 1.0, 3, 3)))
+    for times in (fixed, adaptive):
+        assert set(times) == {SHAPES[0].label}
+        assert {key: len(runs) for key, runs in times[SHAPES[0].label].samples.items()} == {a.key: 3, b.key: 3}
 
 
 def test_each_worker_is_pinned_to_its_own_visible_gpu(monkeypatch):

@@ -200,13 +200,11 @@ class WorkerBench:
         return outcome
 
     def retime(self, request: tuple[dict[str, list], tuple]) -> dict[str, Rounds]:
-        """Each shape's configs timed together in rounds whose order rotates: label -> the rounds'
-        samples (ms and SM clock) under each config key (:class:`kernel.retime.Rounds`). ``request``:
-        (label -> configs, protocol), the protocol ``("adaptive", (settle_ms, rep_ms, min, max))``
-        (:func:`kernel.retime.adaptive_rounds`) or ``("fixed", rounds)`` (every measurement settled
-        and timed as :data:`kernel.timing.RETIME`, as before). On a GPU the kernel's baselines
-        run in the same rounds too (keys :data:`SDPA_KEYS`): the finalists' ratios, and the
-        decision where NVML is missing, need SDPA from the same rounds."""
+        """Each shape's configs timed together in rotating rounds: label -> :class:`kernel.retime.Rounds`
+        (ms and SM clock per config key). ``request``: (label -> configs, protocol), the protocol
+        ``("adaptive", (settle_ms, rep_ms, min, max))`` (:func:`kernel.retime.adaptive_rounds`) or
+        ``("fixed", rounds)`` (as :data:`kernel.timing.RETIME`). On a GPU SDPA runs in the same rounds
+        (keys :data:`SDPA_KEYS`): the finalists' ratios, and the decision without NVML, need it."""
         finalists, (protocol, setting) = request
         by_label = {problem.label: problem for problem in self.shapes}
         times: dict[str, Rounds] = {}
