@@ -23,7 +23,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from tuner.space import CATEGORICAL, LOG2, SearchSpace
-from tuner.store import engine_options, mentions, retrying
+from tuner.store import engine_options, mentions, pid_alive, retrying
 
 SAMPLERS = ("tpe", "grid", "random")
 OWNER_ATTR = "owner"              # "host:pid" of the sweep that asked the trial
@@ -127,16 +127,6 @@ def owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @dataclass(frozen=True)
 class Orphan:
     """A trial a dead sweep asked for and never finished."""
@@ -148,7 +138,7 @@ class Orphan:
 def owner_dead(trial) -> bool:
     """The trial's sweep ran on this host and its process is gone."""
     owner_host, _, pid = str(trial.user_attrs.get(OWNER_ATTR, ":")).rpartition(":")
-    return owner_host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid))
+    return owner_host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid))
 
 
 def orphaned_trials(study: optuna.Study, config_type) -> tuple[list[Orphan], int]:
