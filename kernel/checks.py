@@ -12,7 +12,8 @@ import torch
 
 from kernel.launch import interpreting
 
-__all__ = ["DTYPES", "HEAD_DIMS", "as_int", "check_inputs", "check_output", "check_outputs", "check_tma_layout",
+__all__ = ["DTYPES", "HEAD_DIMS", "as_int", "check_agreement", "check_inputs", "check_kinds", "check_output",
+           "check_outputs", "check_tma_layout",
            "is_count", "is_pow2", "register_cap", "tma_misfit"]
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -74,15 +75,26 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         if t.dtype not in DTYPES:
             raise TypeError(f"{name}.dtype is {t.dtype}; supported: float32, float16, bfloat16")
         _check_device(name, t)
+    check_kinds(q, k, v, causal)
+    if q.dtype == torch.bfloat16 and interpreting():
+        raise TypeError("bfloat16 does not work under TRITON_INTERPRET=1: the interpreter's dot multiplies the raw "
+                        "bits and returns garbage; use float32 or float16 there, bfloat16 on a GPU")
+    check_agreement(q, k, v, HEAD_DIMS)
+
+
+def check_kinds(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal) -> None:
+    """causal a bool; q, k, v of one rank and one dtype (each tensor's own checks come first)."""
     if causal is not True and causal is not False:
         raise TypeError(f"causal must be True or False; got {causal!r} ({type(causal).__name__})")
     if not (q.ndim == k.ndim == v.ndim):
         raise ValueError(f"q, k, v must have the same rank; got {q.ndim}, {k.ndim}, {v.ndim}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.dtype == torch.bfloat16 and interpreting():
-        raise TypeError("bfloat16 does not work under TRITON_INTERPRET=1: the interpreter's dot multiplies the raw "
-                        "bits and returns garbage; use float32 or float16 there, bfloat16 on a GPU")
+
+
+def check_agreement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, head_dims, by: str = "") -> None:
+    """q, k, v on one device, k and v alike, q and k agreeing on batch, heads and a head dim in
+    ``head_dims`` (``by``: who does not support another, for the message)."""
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
     if k.shape != v.shape:
@@ -91,8 +103,8 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
         raise ValueError(f"q and k must agree on batch (and heads); got {tuple(q.shape)} and {tuple(k.shape)}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share the head dim; got {q.shape[-1]} and {k.shape[-1]}")
-    if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"head dim {q.shape[-1]} is not supported; use one of {HEAD_DIMS}")
+    if q.shape[-1] not in head_dims:
+        raise ValueError(f"head dim {q.shape[-1]} is not supported{by}; use one of {head_dims}")
 
 
 def check_output(given: torch.Tensor, name: str, shape, dtype, device) -> None:

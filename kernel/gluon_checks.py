@@ -1,6 +1,7 @@
 """The inputs the Gluon forward takes: what its launcher checks, and the default call's router asks.
 
-Plain PyTorch (no Triton): :func:`check_shapes` (types, ranks, dtypes, shapes, head dims),
+:func:`check_shapes` (types, ranks and dtypes here; the agreement of q, k and v as every
+launcher checks it, :mod:`kernel.checks`, with the Gluon forward's head dims),
 :func:`check_outputs` and :func:`tma_strides` (the copy engine's rules for a tensor read or
 written in place). :func:`check_inputs` adds the device.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from kernel.checks import check_agreement, check_kinds
 from kernel.gluon_config import HEAD_DIMS
 
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -32,22 +34,8 @@ def check_shapes(q, k, v, causal) -> None:
         if t.dtype not in DTYPES:
             raise TypeError(f"{name}.dtype is {t.dtype}; the Gluon forward supports float16 and bfloat16 "
                             "(use kernel.flash_fwd.flash_attn_fwd for float32)")
-    if causal is not True and causal is not False:
-        raise TypeError(f"causal must be True or False; got {causal!r} ({type(causal).__name__})")
-    if not (q.ndim == k.ndim == v.ndim):
-        raise ValueError(f"q, k, v must have the same rank; got {q.ndim}, {k.ndim}, {v.ndim}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
-    if q.shape[:-2] != k.shape[:-2]:
-        raise ValueError(f"q and k must agree on batch (and heads); got {tuple(q.shape)} and {tuple(k.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the head dim; got {q.shape[-1]} and {k.shape[-1]}")
-    if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"head dim {q.shape[-1]} is not supported by the Gluon forward; use one of {HEAD_DIMS}")
+    check_kinds(q, k, v, causal)
+    check_agreement(q, k, v, HEAD_DIMS, " by the Gluon forward")
 
 
 def tma_strides(name: str, t4: torch.Tensor) -> list[int]:
