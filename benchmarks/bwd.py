@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -28,6 +27,7 @@ from multiprocessing import get_context
 
 import torch
 
+from benchmarks._report import write_report
 from kernel.flash_bwd import BwdConfig
 from tuner.formatting import fmt
 from tuner.kernels.triton_bwd import KERNEL as BACKWARD, STEP, from_kernel
@@ -338,12 +338,7 @@ def main(argv=None) -> int:
                   flush=True)
     text = table(rows, env) + ("\n\n" + knob_effects(rows) if args.explore or args.knobs else "")
     print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(text + "\n")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"env": env, "rows": rows}, handle, indent=1, default=str)
+    write_report(args.markdown, text + "\n", args.json, {"env": env, "rows": rows}, default=str)
     return 0
 
 

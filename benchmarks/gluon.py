@@ -24,6 +24,7 @@ from dataclasses import asdict
 
 import torch
 
+from benchmarks._report import write_report
 from kernel.flash_fwd_gluon import VARIANTS, default_gluon_config, flash_attn_fwd_gluon, gluon_support
 
 SHAPE = dict(batch=4, heads=8, n=4096)
@@ -291,9 +292,7 @@ def main(argv=None) -> int:
             f"{k} {v:.4f} ms" for k, v in rows[-1]["ms"].items() if v), flush=True)
     text = table(rows, variants, environment_line(env))
     print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(text + "\n")
+    write_report(args.markdown, text + "\n")
     return 0
 
 

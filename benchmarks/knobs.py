@@ -15,13 +15,13 @@ inputs that do not fit in L2), as the tuner's.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from benchmarks._report import write_report
 from benchmarks.vs_sdpa import make_sets, set_calls
 from kernel.timing import RETIME, environment, environment_line, gpu_time, interleaved_rounds, runs, warm_gpu
 from tuner.kernels.triton_fwd import KERNEL, FwdConfig
@@ -142,12 +142,7 @@ def main(argv=None) -> int:
     results = [bench_shape(d, c, args.n) for d, c in SHAPES if not args.head_dim or d in args.head_dim]
     text = markdown(results, env)
     print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"env": env, "results": results}, handle, indent=1)
+    write_report(args.markdown, text, args.json, {"env": env, "results": results})
     return 0
 
 

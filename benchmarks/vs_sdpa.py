@@ -14,11 +14,11 @@ and machines, ratios much less.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
 
+from benchmarks._report import write_report
 from kernel.checks import DTYPES as DTYPE_NAMES
 from kernel.timing import (
     SDPA_BACKENDS,
@@ -173,12 +173,7 @@ def main(argv=None) -> int:
               f"x flash {fmt(r['vs_flash'], '.2f')}, x cuDNN {fmt(r['vs_cudnn'], '.2f')}", flush=True)
     text = table(rows, env)
     print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(text + "\n")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"env": env, "rows": rows}, handle, indent=1)
+    write_report(args.markdown, text + "\n", args.json, {"env": env, "rows": rows})
     return 0
 
 
