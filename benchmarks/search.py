@@ -159,23 +159,36 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
 # --------------------------------------------------------------------------- stability
 
 
-def stability_report(verdict) -> list[str]:
+def stability_report(verdict, every: dict | None = None) -> list[str]:
     """Markdown lines for a :class:`tuner.finalists.ShapeVerdict`: each config's spread on the
-    figure that decides (and on ms), and whether the winner is ahead by more than the noise."""
+    figure that decides and on every other figure its rounds allow (``every``:
+    :func:`kernel.retime.all_figures` of the same rounds), and whether the winner is ahead by more
+    than the noise."""
+    from kernel.retime import spread
+
     rounds = len(verdict.winner.times)
     wins = {t.config: 0 for t in verdict.ranked}
     for r in range(rounds):
         wins[min(verdict.ranked, key=lambda t: t.decided_by[r]).config] += 1
-    lines = [f"| rank | config | median ms | min | max | spread on {verdict.figure} | spread on ms | median MHz "
-             "| rounds won |", "|---|---|---|---|---|---|---|---|---|"]
+    others = [name for name in (every or {}) if name != verdict.figure]
+    lines = [f"| rank | config | median ms | min | max | spread on {verdict.figure} (decides) | "
+             + "".join(f"spread on {name} | " for name in others) + "median MHz | rounds won |",
+             "|---|---|---|---|---|---|" + "---|" * len(others) + "---|---|"]
+    largest = dict.fromkeys(others, 0.0)
     for rank, timing in enumerate(verdict.ranked, start=1):
         mhz = f"{timing.clock_mhz:.0f}" if timing.clock_mhz else "n/a"
+        cells = ""
+        for name in others:
+            value = spread(every[name][timing.config])
+            largest[name] = max(largest[name], value)
+            cells += f"{100 * value:.2f}% | "
         lines.append(f"| {rank} | {timing.config} | {timing.median:.4f} | {min(timing.times):.4f} | "
-                     f"{max(timing.times):.4f} | {100 * timing.spread:.2f}% | {100 * timing.ms_spread:.2f}% | "
-                     f"{mhz} | {wins[timing.config]}/{rounds} |")
+                     f"{max(timing.times):.4f} | {100 * timing.spread:.2f}% | {cells}{mhz} | "
+                     f"{wins[timing.config]}/{rounds} |")
     spreads = [t.spread for t in verdict.ranked]
-    lines += ["", f"Largest spread on {verdict.figure} {100 * max(spreads):.2f}% (bar {100 * STABILITY_BAR:.1f}%); "
-                  f"{verdict.sentence()}."]
+    also = "".join(f"; on {name} {100 * value:.2f}%" for name, value in largest.items())
+    lines += ["", f"Largest spread on {verdict.figure} {100 * max(spreads):.2f}% (bar {100 * STABILITY_BAR:.1f}%)"
+                  f"{also}; {verdict.sentence()}."]
     return lines
 
 
@@ -191,8 +204,10 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
 
     from benchmarks.finalists import retime_rounds
     from benchmarks.vs_sdpa import make_sets
+    from kernel.retime import all_figures
     from kernel.timing import environment, environment_line, warm_gpu
     from tuner.finalists import judge_rounds
+    from tuner.outcome import SDPA_KEYS
     from tuner.store import Store
     from tuner.study import load
     from tuner.winners import ranked
@@ -212,7 +227,9 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
     env = environment()
     warm_gpu()
     rep_ms, settle_ms = protocol
-    verdict = judge_rounds(shape.label, retime_rounds(shape, keys, repeats, retime, sets, True, settle_ms, rep_ms))
+    rounds = retime_rounds(shape, keys, repeats, retime, sets, True, settle_ms, rep_ms)
+    verdict = judge_rounds(shape.label, rounds)
+    every = all_figures(rounds.samples, list(SDPA_KEYS.values()))
     window = ("each graph captured once, the clock settled once, then short windows" if retime == "adaptive"
               else "each measurement 100 ms of replays to settle the clock, then 200 ms timed")
     header = [environment_line(env),
@@ -221,7 +238,7 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
               f"The top {len(keys)} configs of the store for {shape.label}, each timed {repeats} times in rounds "
               f"whose order rotates with SDPA's backends (GPU time by CUDA-graph replay, {len(sets)} input sets; "
               f"{window}; the SM clock read through NVML as each runs). Decided on: {verdict.figure}.", ""]
-    text = "\n".join(header + stability_report(verdict))
+    text = "\n".join(header + stability_report(verdict, every))
     print(text)
     if markdown:
         markdown.write_text(text + "\n")

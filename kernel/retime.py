@@ -8,13 +8,18 @@ measurements, for 5 rounds whatever the timings say: 8 shapes x 6 configs x 5 ro
 * each candidate's graph is captured once (:class:`Candidate`), and replayed in every round;
 * the clock is settled once, by replaying every candidate in turn, not before each measurement;
 * each measurement is :data:`ADAPTIVE` ``rep_ms`` of replays, with the SM clock read as it
-  runs (:mod:`kernel.clock`), in rounds whose order rotates;
+  runs (:mod:`kernel.clock`), in rounds whose order rotates; a config's replays alternate one by
+  one with those of SDPA (the first of its backends that was captured), so that each window
+  gives the config's ms and SDPA's under the same clock (:meth:`Candidate.measure`);
 * after ``min_rounds`` the rounds stop (:func:`decided`) once the leader's gap to the runner-up
   is outside the noise, or once every candidate's noise is at most 0.5% (nvbench's stopping
   noise), or at ``max_rounds``.
 
-What a round's figure is (:func:`figures`): cycles (ms x MHz) where every measurement has a
-clock; else the ratio to SDPA timed in the same round; else ms.
+What a round's figure is (:func:`figures`, in the order of :data:`PREFERENCE`): the ratio to SDPA
+replayed alternately in the same window (``paired``) where every config's measurement has it;
+else cycles (ms x MHz) where every measurement has a clock; else the ratio to SDPA timed in the
+same round; else ms. Why the paired ratio comes first, measured on the H200 (power-capped, its
+clock wandering 1740-1935 MHz): docs/results/2026-12-01-h200-tuner-speed.md.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from dataclasses import dataclass, field
 
 from kernel.clock import cycles
 
-CYCLES, SDPA_RATIO, MS = "cycles", "sdpa_ratio", "ms"
+PAIRED, CYCLES, SDPA_RATIO, MS = "paired", "cycles", "sdpa_ratio", "ms"
+PREFERENCE = (PAIRED, CYCLES, SDPA_RATIO, MS)     # the first a re-timing has decides (figures)
 QUIET = 0.005                 # every candidate's noise at or under 0.5%: more rounds would not tell more
 # (settle_ms once per shape, rep_ms per measurement, min_rounds, max_rounds)
 ADAPTIVE = (300.0, 50.0, 3, 10)
@@ -34,10 +40,12 @@ ADAPTIVE = (300.0, 50.0, 3, 10)
 
 @dataclass(frozen=True)
 class Sample:
-    """One measurement: GPU ms per call, and the mean SM clock while it ran (None: not read)."""
+    """One measurement: GPU ms per call, the mean SM clock while it ran (None: not read), and the
+    ms per call of the reference its replays alternated with (None: measured alone)."""
 
     ms: float
     mhz: float | None = None
+    ref_ms: float | None = None
 
 
 def spread(values: Sequence[float]) -> float:
@@ -45,20 +53,32 @@ def spread(values: Sequence[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
-def figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str] = ()) -> tuple[str, dict[str, list]]:
-    """(which figure, name -> its figure per round) that the candidates are compared on.
-
-    Cycles where every measurement read the clock: a config that is faster in ms only because
-    the clock was higher during its rounds is not faster. Else the ratio of each round's ms to
-    the first of ``reference`` (SDPA's backends, timed in the same rounds) that has every round:
-    a clock that moves between rounds moves both. Else ms."""
+def all_figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str] = ()) -> dict[str, dict[str, list]]:
+    """Every figure these samples allow, in the order of :data:`PREFERENCE`: figure -> name -> its
+    figure per round. ``paired`` (over the names not in ``reference``) where each of their
+    measurements alternated with SDPA's; ``cycles`` where every measurement read the clock;
+    ``sdpa_ratio``: each round's ms over the first of ``reference`` that has every round; ``ms``."""
+    out: dict[str, dict[str, list]] = {}
+    configs = {name: runs for name, runs in samples.items() if name not in reference}
+    if configs and all(s.ref_ms for runs in configs.values() for s in runs):
+        out[PAIRED] = {name: [s.ms / s.ref_ms for s in runs] for name, runs in configs.items()}
     if samples and all(s.mhz for runs in samples.values() for s in runs):
-        return CYCLES, {name: [cycles(s.ms, s.mhz) for s in runs] for name, runs in samples.items()}
+        out[CYCLES] = {name: [cycles(s.ms, s.mhz) for s in runs] for name, runs in samples.items()}
     rounds = max((len(runs) for runs in samples.values()), default=0)
     base = next((samples[name] for name in reference if len(samples.get(name, ())) == rounds), None)
     if base is not None and rounds:
-        return SDPA_RATIO, {name: [s.ms / b.ms for s, b in zip(runs, base)] for name, runs in samples.items()}
-    return MS, {name: [s.ms for s in runs] for name, runs in samples.items()}
+        out[SDPA_RATIO] = {name: [s.ms / b.ms for s, b in zip(runs, base)] for name, runs in samples.items()}
+    out[MS] = {name: [s.ms for s in runs] for name, runs in samples.items()}
+    return out
+
+
+def figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str] = ()) -> tuple[str, dict[str, list]]:
+    """(which figure, name -> its figure per round) that the candidates are compared on: the first
+    of :func:`all_figures`. The paired ratio: a config's replays and SDPA's alternate within one
+    window, so a clock, a temperature or a power draw that moves over seconds moves both. Cycles:
+    a config faster in ms only because the clock was higher during its rounds is not faster. The
+    ratio to SDPA of the same round: a clock that moves between rounds moves both. Else ms."""
+    return next(iter(all_figures(samples, reference).items()))
 
 
 def decided(per_round: Mapping[str, Sequence[float]], contenders: Sequence[str]) -> str | None:
@@ -102,15 +122,21 @@ def adaptive_rounds(candidates: Mapping[str, object], contenders: Sequence[str],
     ``measure(rep_ms) -> Sample``) in rotating rounds until :func:`decided` says the
     ``contenders`` (the configs; ``reference``: SDPA's backends) are judged, or ``max_rounds``.
 
-    The clock is settled once, before the first round: ``settle_ms`` shared among the candidates."""
+    The clock is settled once, before the first round: ``settle_ms`` shared among the candidates.
+    Each contender's measurement alternates with the first reference that can pair (a captured
+    graph: :attr:`Candidate.pairs`); the references are measured alone too."""
     settle_ms, rep_ms, min_rounds, max_rounds = protocol
     names = list(candidates)
+    partner = next((candidates[r] for r in reference if r in candidates and getattr(candidates[r], "pairs", False)),
+                   None)
     for name in names:
         candidates[name].settle(settle_ms / max(1, len(names)))
     result = Rounds({name: [] for name in names})
     for index in range(max_rounds):
         for name in rotate(names, index):
-            result.samples[name].append(candidates[name].measure(rep_ms))
+            paired = partner is not None and name in contenders and getattr(candidates[name], "pairs", False)
+            result.samples[name].append(candidates[name].measure(rep_ms, partner) if paired
+                                        else candidates[name].measure(rep_ms))
         if index + 1 >= min_rounds:
             stopped = decided(figures(result.samples, reference)[1], [c for c in contenders if c in names])
             if stopped:
@@ -158,13 +184,23 @@ class Candidate:
         if self.graph is not None:
             self.graph.replay_for(ms)
 
-    def measure(self, rep_ms: float) -> Sample:
+    @property
+    def pairs(self) -> bool:
+        """Whether its replays can alternate with another's (it was captured)."""
+        return self.graph is not None
+
+    def measure(self, rep_ms: float, partner: Candidate | None = None) -> Sample:
+        """About ``rep_ms`` of its calls; with ``partner`` (both captured), its replays and the
+        partner's alternating, the partner's median ms in :attr:`Sample.ref_ms`."""
         if self.graph is None:
             from kernel.timing import gpu_time
 
             with self.pin():
                 timing = gpu_time(self.calls, rep_ms, clock=self.clock)
             return Sample(timing.ms, timing.mhz)
+        if partner is not None and partner.pairs:
+            own, theirs, mhz = self.graph.timed_pair(partner.graph, rep_ms, self.clock)
+            return Sample(statistics.median(own), mhz, statistics.median(theirs))
         per_call, mhz = self.graph.timed(rep_ms, self.clock)
         return Sample(statistics.median(per_call), mhz)
 

@@ -152,6 +152,27 @@ class CapturedGraph:
         return [start.elapsed_time(end) / self.calls_per_replay for start, end in events], mhz
 
 
+    def timed_pair(self, partner: CapturedGraph, rep_ms: float, clock=None) -> tuple[list[float], list[float],
+                                                                                   float | None]:
+        """(this graph's GPU ms per call of each replay, ``partner``'s, mean SM MHz): about ``rep_ms``
+        of replays in all, this graph's and the partner's alternating one by one, each timed with
+        CUDA events, so both run under the same clock, temperature and power draw."""
+        from kernel.clock import sample_while
+
+        pairs = max(10, min(5000, int(rep_ms / (self.replay_ms + partner.replay_ms))))
+        events = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in range(pairs)]
+        for start, middle, end in events:
+            start.record()
+            self.graph.replay()
+            middle.record()
+            partner.graph.replay()
+            end.record()
+        mhz = sample_while(lambda: not events[-1][2].query(), clock)
+        torch.cuda.synchronize()
+        return ([start.elapsed_time(middle) / self.calls_per_replay for start, middle, _ in events],
+                [middle.elapsed_time(end) / partner.calls_per_replay for _, middle, end in events], mhz)
+
+
 def capture_graph(calls: Sequence[Callable[[], object]]) -> CapturedGraph:
     """A CUDA graph that cycles through ``calls``: one replay holds whole passes over them worth
     about a millisecond of GPU time, so the gaps between replays are a small share. It captures

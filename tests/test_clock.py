@@ -1,5 +1,6 @@
 """The SM clock (a fake NVML), the adaptive re-timing's stopping rules, and the figure that decides:
-cycles where every measurement has its clock, the ratio to SDPA of the same round otherwise."""
+the ratio to SDPA replayed alternately in the same window where every config has it, cycles where
+every measurement has its clock, the ratio to SDPA of the same round otherwise."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from kernel import clock
-from kernel.retime import CYCLES, MS, SDPA_RATIO, Rounds, Sample, adaptive_rounds, decided, figures
+from kernel.retime import CYCLES, MS, PAIRED, SDPA_RATIO, Rounds, Sample, adaptive_rounds, decided, figures
 from tuner.finalists import finalist_rows, judge_rounds
 from tuner.outcome import SDPA_KEYS
 
@@ -112,6 +113,48 @@ def test_a_config_faster_in_ms_only_because_its_clock_was_higher_loses_on_cycles
     assert all(c.settled == pytest.approx(150.0) for c in candidates.values())     # settled once, shared
 
 
+class PairingCandidate(FakeCandidate):
+    """A captured candidate: its replays can alternate with a partner's, whose ms the window also
+    gives, both under the window's own clock, which here moves within a round (``window_clock``)."""
+
+    pairs = True
+
+    def __init__(self, kcycles: float, window_clock, noise=lambda r: 0.0):
+        super().__init__(kcycles, lambda r: 0.0, None, noise)
+        self.window_clock, self.windows, self.partners = window_clock, 0, []
+
+    def measure(self, rep_ms: float, partner=None) -> Sample:
+        mhz = self.window_clock(self.windows)
+        self.windows += 1
+        self.partners.append(partner)
+        own = self.kcycles / mhz * (1 + self.noise(self.windows))
+        return Sample(own, None, partner.kcycles / mhz if partner is not None else None)
+
+
+def test_configs_alternate_with_sdpa_and_the_paired_ratio_decides_where_ms_would_not():
+    # the clock moves from window to window, within rounds too; each config's window carries SDPA's ms
+    clocks = [1935.0, 1740.0, 1800.0, 1900.0, 1760.0, 1850.0, 1700.0]
+    window = lambda w: clocks[w % len(clocks)]
+    fast, slow = PairingCandidate(1000.0, window), PairingCandidate(1030.0, lambda w: window(w + 3))
+    sdpa = PairingCandidate(1100.0, window)
+    candidates = {"fast": fast, "slow": slow, SDPA_KEYS["flash"]: sdpa}
+    rounds = adaptive_rounds(candidates, ["fast", "slow"], list(SDPA_KEYS.values()), (0.0, 50.0, 3, 10))
+    assert all(p is sdpa for p in fast.partners + slow.partners) and set(sdpa.partners) == {None}   # alone itself
+    verdict = judge_rounds("s", rounds)
+    assert verdict.figure == PAIRED and verdict.winner.config == "fast" and "alternately" in verdict.sentence()
+    assert verdict.winner.figures == pytest.approx([1000 / 1100] * rounds.rounds)    # the clock cancels
+    assert verdict.gap == pytest.approx(0.03) and verdict.noise == pytest.approx(0.0)
+    assert max(s.ms for s in rounds.samples["fast"]) > min(s.ms for s in rounds.samples["slow"])  # ms overlap
+
+
+def test_sdpa_that_was_not_captured_leaves_the_configs_measured_alone():
+    fast, slow = PairingCandidate(1000.0, lambda w: 1800.0), PairingCandidate(1030.0, lambda w: 1800.0)
+    uncaptured = FakeCandidate(1100.0, lambda r: 1800.0, None)        # no ``pairs``: do_bench, not a graph
+    rounds = adaptive_rounds({"fast": fast, "slow": slow, SDPA_KEYS["flash"]: uncaptured}, ["fast", "slow"],
+                             list(SDPA_KEYS.values()), (0.0, 50.0, 3, 10))
+    assert set(fast.partners) == {None} and judge_rounds("s", rounds).figure == SDPA_RATIO
+
+
 def test_without_nvml_the_ratio_to_sdpa_of_the_same_round_decides():
     # the clock moves from round to round; every candidate of a round sees the same clock, NVML is absent
     per_round = [1935.0, 1740.0, 1800.0, 1900.0]
@@ -181,7 +224,7 @@ def test_the_deciding_figure_is_stored_and_read_back_by_the_winners(tmp_path, nv
 @pytest.mark.gpu
 def test_adaptive_rounds_on_the_gpu_capture_once_read_the_clock_and_decide():
     """Two real configs and SDPA's flash backend, each captured once, in adaptive rounds; the clock is read
-    where NVML is installed (every sample then has it, and cycles decide), else the SDPA ratio decides."""
+    where NVML is installed (every sample then has it); the configs' windows alternate with SDPA's."""
     from kernel.retime import Candidate
     from kernel.timing import sdpa_backends
     from tuner.finalists import judge_rounds
@@ -203,7 +246,27 @@ def test_adaptive_rounds_on_the_gpu_capture_once_read_the_clock_and_decide():
     assert all(s.ms > 0 for s in samples)
     verdict = judge_rounds("gpu", rounds)
     if opened is not None:
-        assert all(s.mhz and 300 < s.mhz < 3500 for s in samples) and verdict.figure == CYCLES
+        assert all(s.mhz and 300 < s.mhz < 3500 for s in samples)
     else:
-        assert all(s.mhz is None for s in samples) and verdict.figure == SDPA_RATIO
+        assert all(s.mhz is None for s in samples)
+    # each config's windows alternated with SDPA's replays (captured too): the paired ratio decides
+    assert all(s.ref_ms and s.ref_ms > 0 for key in calls for s in rounds.samples[key])
+    assert all(s.ref_ms is None for s in rounds.samples[SDPA_KEYS["flash"]]) and verdict.figure == PAIRED
     assert verdict.flash_ms and verdict.winner.config in calls
+
+
+def test_the_stability_report_gives_the_spread_on_every_figure_the_rounds_allow():
+    from benchmarks.search import stability_report
+    from kernel.retime import all_figures
+
+    samples = {"a": [Sample(1.0, 1900.0, 0.9), Sample(1.05, 1800.0, 0.945), Sample(1.0, 1850.0, 0.9)],
+               "b": [Sample(1.1, 1900.0, 0.9), Sample(1.1, 1800.0, 0.9), Sample(1.12, 1850.0, 0.9)],
+               SDPA_KEYS["flash"]: [Sample(0.9, 1900.0), Sample(0.95, 1800.0), Sample(0.9, 1850.0)]}
+    every = all_figures(samples, list(SDPA_KEYS.values()))
+    assert list(every) == [PAIRED, CYCLES, SDPA_RATIO, MS] and SDPA_KEYS["flash"] not in every[PAIRED]
+    verdict = judge_rounds("s", Rounds(samples, "cap"))
+    lines = stability_report(verdict, every)
+    assert "spread on paired (decides)" in lines[0] and "spread on ms" in lines[0]
+    row_a = next(line for line in lines if "| a |" in line).split("|")
+    assert row_a[6].strip() == "0.00%" and row_a[9].strip() == "5.00%"     # paired: a flat 1/0.9; ms: 5% apart
+    assert lines[-1].startswith("Largest spread on paired 1.82%") and "on ms 5.00%" in lines[-1]

@@ -5,8 +5,9 @@ from one run to the next. The finalists of a shape (its top K by time, plus the 
 config overall) are therefore timed again side by side, in interleaved rounds whose
 order rotates, until the leader is known (:func:`kernel.retime.adaptive_rounds`; or the
 fixed protocol, :func:`kernel.timing.interleaved_rounds`), and the winner is the best
-*median* over rounds of the deciding figure: cycles (ms x SM clock) where NVML read the
-clock, else the ratio to SDPA timed in the same round, else ms. Everything here is a pure
+*median* over rounds of the deciding figure (:func:`kernel.retime.figures`): the ratio to SDPA
+replayed alternately with the config in the same window, else cycles (ms x SM clock) where NVML
+read the clock, else the ratio to SDPA timed in the same round, else ms. Everything here is a pure
 function of timings; the worker measures, :mod:`tuner.driver` stores, :mod:`tuner.winners` reads the verdicts back.
 """
 
@@ -17,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 
 from kernel.clock import cycles
-from kernel.retime import ADAPTIVE, CYCLES, MS, SDPA_RATIO, Rounds, figures as round_figures, spread
+from kernel.retime import ADAPTIVE, CYCLES, MS, PAIRED, SDPA_RATIO, Rounds, figures as round_figures, spread
 from kernel.timing import round_orders
 from tuner.outcome import SDPA_KEYS
 from tuner.records import best_across_shapes, fastest_first
@@ -97,8 +98,8 @@ class FinalistTiming:
 
 @dataclass(frozen=True)
 class ShapeVerdict:
-    """A shape's finalists ranked by the median of the deciding figure (``figure``: cycles,
-    sdpa_ratio or ms), and whether the winner is ahead by more than the noise."""
+    """A shape's finalists ranked by the median of the deciding figure (``figure``: paired,
+    cycles, sdpa_ratio or ms), and whether the winner is ahead by more than the noise."""
 
     shape: str
     ranked: tuple[FinalistTiming, ...]
@@ -151,7 +152,8 @@ class ShapeVerdict:
         return text + ("" if self.separated else " (within the noise: both are kept)")
 
 
-FIGURE_WORDS = {CYCLES: "cycles", SDPA_RATIO: "the ratio to SDPA in the same round", MS: "ms"}
+FIGURE_WORDS = {PAIRED: "the ratio to SDPA replayed alternately with it", CYCLES: "cycles",
+                SDPA_RATIO: "the ratio to SDPA in the same round", MS: "ms"}
 
 
 def judge(shape: str, times: dict[str, list[float]], sdpa: dict[str, float | None] | None = None,
@@ -168,8 +170,8 @@ def judge(shape: str, times: dict[str, list[float]], sdpa: dict[str, float | Non
 
 def judge_rounds(shape: str, rounds: Rounds) -> ShapeVerdict:
     """The verdict of a re-timing (:class:`kernel.retime.Rounds`, SDPA's backends under
-    :data:`SDPA_KEYS`): decided on :func:`kernel.retime.figures`, cycles where every measurement
-    read the clock, else the ratio to SDPA (flash, else cuDNN) of the same round, else ms."""
+    :data:`SDPA_KEYS`): decided on :func:`kernel.retime.figures` (the paired ratio to SDPA, cycles,
+    the ratio to SDPA of the same round, or ms, the first that every measurement allows)."""
     reference = [SDPA_KEYS["flash"], SDPA_KEYS["cudnn"]]
     figure, per_round = round_figures(rounds.samples, reference)
     sdpa = {backend: statistics.median(s.ms for s in rounds.samples[key])
