@@ -147,6 +147,31 @@ stage() {
            TRITON_CACHE_DIR=$S/triton timeout 120 python3 -m benchmarks.search stability --storage "sqlite:///$S/main.db" \
              --study article --gpu sm_89 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" --top 5 --repeats 5 \
              --markdown "$S/stability.md" > "$S/stability.log" 2>&1; echo "stability rc=$?"; tail -12 "$S/stability.log";;
+    speed2) # issue 24, round 2: lengths unspecialised (A/B), the worker's start, the main job cold, the agreement,
+            # the top-5 spread on every figure (the paired ratio decides)
+            S=$W/speed; rm -rf "$S"; mkdir -p "$S"
+            timeout 150 python3 scripts/ab_specialise.py > "$S/ab.md" 2>&1; echo "ab rc=$?"; cat "$S/ab.md"
+            timeout 90 python3 -c "
+import time; t0 = time.perf_counter()
+import torch; torch.cuda.init(); torch.empty(1, device='cuda'); t1 = time.perf_counter()
+from tuner.runner import WorkerBench; from tuner.study import load
+s = load('article'); b = WorkerBench(s.kernel, s.shapes, (s.timing.warmup_ms, s.timing.rep_ms), 'cuda')
+for p in s.shapes: b._sets(p)
+t2 = time.perf_counter(); b.baselines(); t3 = time.perf_counter()
+print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s, SDPA baselines {t3-t2:.1f} s')"
+            TRITON_CACHE_DIR=$S/triton FA2_TUNER_CACHE=$S/fa2 /usr/bin/time -f "main job wall %e s" timeout 300 \
+              python3 -m tuner.sweep --gpu sm_89 --storage "sqlite:///$S/main.db" --out "$S/main" > "$S/main.log" 2>&1
+            echo "main job rc=$?"; grep -vE "^\[|^compiling" "$S/main.log" | tail -34
+            TRITON_CACHE_DIR=$S/triton timeout 200 python3 -m benchmarks.finalists agree --storage "sqlite:///$S/main.db" \
+              --study article --gpu sm_89 --markdown "$S/agree.md" > "$S/agree.log" 2>&1
+            echo "agree rc=$?"; tail -14 "$S/agree.log"
+            TRITON_CACHE_DIR=$S/triton timeout 120 python3 -m benchmarks.search stability --storage "sqlite:///$S/main.db" \
+              --study article --gpu sm_89 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" --top 5 --repeats 5 \
+              --markdown "$S/stability.md" > "$S/stability.log" 2>&1; echo "stability rc=$?"; tail -12 "$S/stability.log"
+            timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_clock.py > "$S/clocktest.log" 2>&1
+            echo "clock test rc=$?"; tail -3 "$S/clocktest.log";;
+    race) S=$W/speed; mkdir -p "$S"; /usr/bin/time -f "race wall %e s" timeout 480 python3 -m benchmarks.search speed \
+            --markdown "$S/race.md" > "$S/race.log" 2>&1; echo "race rc=$?"; tail -16 "$S/race.log";;
     gpufinal) timeout ${TESTS_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_bad_kernel_inputs.py \
                 tests/test_tma_layouts.py tests/test_timing.py tests/test_sweep.py tests/test_emit.py tests/test_bad_inputs.py \
                 tests/test_budget.py -k "not verdicts_hold" > "$W/gpufinal.log" 2>&1; echo "gpufinal rc=$?"

@@ -22,12 +22,34 @@ def test_edge_shapes_leave_one_valid_row_and_key_and_fewer_keys_than_a_tile(bloc
         assert gate.problem.n_q != gate.problem.n_k                          # non-square
 
 
-def test_the_edge_shapes_share_one_specialisation_which_the_sweep_compiles_ahead():
-    config = Config(128, 64, 8, 3)
-    keys = {KERNEL.specialisation(g.problem) for g in edge_gates(STUDY_SHAPE, config)}
-    assert len(keys) == 1
-    assert {KERNEL.specialisation(p) for p in gate_compile_problems(STUDY_SHAPE, config)} == keys
-    assert keys != {KERNEL.specialisation(STUDY_SHAPE)}
+@pytest.mark.parametrize("heads", [1, 8, 16, 32])
+def test_the_edge_shapes_share_one_specialisation_which_the_sweep_compiles_ahead(heads):
+    config, shape = Config(128, 64, 8, 3), Problem(batch=4, heads=heads, n_q=4096, n_k=4096, causal=True)
+    keys = {KERNEL.specialisation(g.problem) for g in edge_gates(shape, config)}
+    assert len(keys) == 1 and keys != {KERNEL.specialisation(shape)}
+    assert {KERNEL.specialisation(p) for p in KERNEL.gate_compile_problems(shape, config)} == keys
+
+
+def test_edge_shapes_in_the_study_specialisation_are_not_compiled_again(monkeypatch):
+    """A kernel that does not specialise on lengths runs its edge shapes in the timed binary."""
+    from tuner.kernels.triton_fwd import TritonForward
+
+    config, shape = Config(128, 64, 8, 3), Problem(batch=4, heads=8, n_q=4096, n_k=4096, causal=True)
+    monkeypatch.setattr(TritonForward, "specialisation", lambda self, problem: (problem.dtype, problem.causal))
+    assert KERNEL.gate_compile_problems(shape, config) == [] and gate_compile_problems(shape, config)
+
+
+def test_the_backward_compiles_its_edge_shapes_ahead():
+    from tuner.kernels import get
+
+    backward = get("triton", "bwd")
+    config = backward.config_type(64, 64, 4, 1, 64, 64, 4, 1)
+    shape = Problem(batch=4, heads=8, n_q=4096, n_k=4096, causal=True)
+    extra = backward.gate_compile_problems(shape, config)
+    keys = {backward.specialisation(g.problem) for g in edge_gates(shape, backward.edge_tiles(config))}
+    assert len(keys) == 1 and {backward.specialisation(p) for p in extra} == keys
+    assert keys != {backward.specialisation(shape)}
+    assert gate_compile_problems(shape, config)                        # the edge problem, before the filter
 
 
 def test_the_ragged_gate_runs_the_timed_binary():

@@ -289,3 +289,22 @@ def test_small_sweep_on_the_gpu(tmp_path, capsys, query):
     else:
         assert clocked == [(0,)] and decided == {"sdpa_ratio"}
     assert (tmp_path / "out" / "configs" / "gpu-smoke_sm_90_configs.py").exists()
+
+
+def test_a_tpe_batch_fills_two_waves_of_the_compile_pool(monkeypatch):
+    from tuner.gpus import GpuSpec
+    from tuner.pre_gpu_stages import pool_sizes
+
+    study, ada, hopper = load("article"), GpuSpec.from_name("sm_89"), GpuSpec.from_name("sm_90")
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    # the main job on the H200: 2 specialisations for sm_89, 2 for the H200, 2 for the gate's edge shapes
+    assert pool_sizes("tpe", 1, study, ada, hopper) == (5, 14)
+    assert pool_sizes("tpe", 1, study, hopper, hopper) == (7, 14)      # the target is the GPU present
+    assert pool_sizes("tpe", 1, study, ada, None) == (14, 14)          # the budget alone: 2 a config
+    assert pool_sizes("grid", 1, study, ada, hopper) == (14, 14)       # at least one a process
+    race = load("autotune_race_200")                                   # one shape, non-causal: 2 a config
+    assert pool_sizes("grid", 1, race, hopper, hopper) == (14, 14)
+    assert pool_sizes("grid", 1, race, hopper, hopper, 30)[0] == 30
+    assert pool_sizes("tpe", 1, study, ada, hopper, jobs=3, batch=5) == (5, 3)     # the user's
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert pool_sizes("tpe", 1, study, ada, hopper) == (4, 2) and pool_sizes("tpe", 3, study, ada, hopper)[0] == 6

@@ -10,7 +10,6 @@ before telling Optuna its value. Then each shape's finalists are re-timed togeth
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import sys
 import threading
@@ -27,7 +26,7 @@ from tuner.budget_only import budget_only
 from tuner.formatting import fmt, headline
 from tuner.gpus import GpuSpec
 from tuner.outcome import TrialOutcome, WorkerFailed
-from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage
+from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage, pool_sizes
 from tuner.records import RunContext
 from tuner.report import Clock, Progress
 from tuner.runner import GpuWorker
@@ -122,10 +121,8 @@ class Sweep:
                   f"first ({', '.join(o.config.key for o in self.search.orphans)})", file=sys.stderr)
         if self.search.foreign:
             print(f"note: {self.search.foreign} trial(s) are running in another live sweep of it", file=sys.stderr)
-        cores = os.cpu_count() or 1
-        self.batch = options.batch or (max(2, cores - 2, 2 * options.workers) if options.sampler != "tpe"
-                                       else max(4, 2 * options.workers))
-        jobs = options.jobs or (max(1, cores - 2) if cores > 4 else cores)
+        self.batch, jobs = pool_sizes(options.sampler, options.workers, ctx.study, ctx.target, self.present,
+                                      options.jobs, options.batch)
         deadline = time.perf_counter() + options.timeout_s if options.timeout_s else None
         self.progress = Progress(self.search.total, min(self.search.finished(), self.search.total))
         self.clock.workers = options.workers
@@ -349,19 +346,22 @@ class Sweep:
               f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
 
     def _end_of_run(self) -> None:
-        """SDPA again on the first device (how far the machine drifted), then the finalists there."""
+        """The finalists on the first device, then how far SDPA drifted since the run's start: read off
+        the finalists' rounds, which time SDPA at each shape they re-time; else SDPA is measured again."""
+        if self.options.finalists > 0:
+            self.retime_finalists()
         first = self.slots[0]
         if first.ctx.baselines:
-            end = {}
-            with contextlib.suppress(WorkerFailed):
-                end = first.worker.baselines()
-            self.store.add(*records.baseline_rows(self.ctx.run_id, end, "end", first.ctx.device))
             start = first.ctx.baselines
+            end = {label: dict(flash_ms=v.flash_ms, cudnn_ms=v.cudnn_ms, timer="finalists")
+                   for label, v in self.verdicts.items() if v.flash_ms or v.cudnn_ms}
+            if set(end) != set(start):
+                with contextlib.suppress(WorkerFailed):
+                    end = first.worker.baselines()
+            self.store.add(*records.baseline_rows(self.ctx.run_id, end, "end", first.ctx.device))
             drifts = [abs(end[label][b] / start[label][b] - 1) for label in end for b in ("flash_ms", "cudnn_ms")
                       if end[label].get(b) and start.get(label, {}).get(b)]
             self.clock.drift = max(drifts) if drifts else None
-        if self.options.finalists > 0:
-            self.retime_finalists()
 
     def _retime_on_devices(self, chosen: dict[str, list]) -> dict[str, Rounds]:
         """Each shape's finalists together on one device (never compared across GPUs), shapes dealt out."""

@@ -8,7 +8,9 @@ Every config is checked, from NaN-filled outputs and on fresh random inputs, on:
 3. two edge shapes built from the config's own tiles (:func:`edge_gates`): one whose
    last query tile holds one valid row and last key tile one valid key, and one with
    fewer keys than ``BLOCK_N``, whose V has other strides than its K (read from a
-   [B, N, H, D] layout). Their odd lengths give them one JIT specialisation of their
+   [B, N, H, D] layout). Their head count keeps the study's class (as the ragged gate's), so
+   a kernel that does not specialise on lengths (the Triton forward) checks them in the timed
+   binary too; for one that does, their odd lengths give them one JIT specialisation of their
    own, which the sweep compiles ahead with the rest (:func:`gate_compile_problems`).
 
 A kernel's outputs must each be within its bound on every one of them (the forward's
@@ -42,16 +44,22 @@ def ragged_gate(problem: Problem, small: bool = False) -> GateShape:
     yet multiples of 16 like the study's lengths, so the gate runs the timed binary.
     The head count keeps the study's class too (1 is a constant to the JIT, multiples
     of 16 get a divisibility hint; anything else, such as 3, gets neither)."""
-    heads = 1 if problem.heads == 1 else 16 if problem.heads % 16 == 0 else 3
+    heads = _heads_like(problem.heads, 3)
     n_q, n_k = (80, 48) if small else (1552, 1040)
     return GateShape("ragged", Problem(batch=1 if small else 2, heads=heads, n_q=n_q, n_k=n_k,
                                        head_dim=problem.head_dim, dtype=problem.dtype, causal=problem.causal))
 
 
+def _heads_like(heads: int, plain: int) -> int:
+    """A head count in ``heads``' class for the JIT: 1 (a constant), a multiple of 16 (a
+    divisibility hint), else ``plain`` (neither)."""
+    return 1 if heads == 1 else 16 if heads % 16 == 0 else plain
+
+
 def edge_gates(problem: Problem, config) -> list[GateShape]:
     """The config's edge shapes: one valid row and one valid key in the last tiles; and
     fewer keys than a key tile, with V in another layout than K."""
-    base = replace(problem, batch=1, heads=2)
+    base = replace(problem, batch=1, heads=_heads_like(problem.heads, 2))
     one = replace(base, n_q=3 * config.block_m + 1, n_k=2 * config.block_n + 1)     # never square
     short = replace(base, n_q=config.block_m + 3, n_k=config.block_n // 2 + 1)
     return [GateShape("one-key", one), GateShape("short-keys", short, strided_v=True)]
@@ -62,8 +70,9 @@ def gate_shapes(problem: Problem, config, small: bool = False) -> list[GateShape
 
 
 def gate_compile_problems(problem: Problem, config) -> list[Problem]:
-    """Problems to compile ahead for the gate beyond the study's own specialisation: the
-    edge shapes' (all odd lengths, so one specialisation serves both)."""
+    """The edge shapes' problem, one for both (all odd lengths: where lengths are specialised,
+    one specialisation serves both). A kernel compiles it ahead only where its specialisation
+    differs from the study's (:meth:`tuner.kernels.TunableKernel.gate_compile_problems`)."""
     return [edge_gates(problem, config)[0].problem]
 
 

@@ -9,6 +9,8 @@ this module imports neither Optuna nor a compiler.
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -92,3 +94,26 @@ def compile_stage(config, study: Study, target: GpuSpec, present: GpuSpec | None
             return Compiled(fields, Rejection(result.verdict, Stage.COMPILE, where + result.reason, fields))
     fields["binary"] = "+".join(binaries) if binaries and all(binaries) else None
     return Compiled(fields)
+
+
+def pool_sizes(sampler: str, workers: int, study: Study, target: GpuSpec, present: GpuSpec | None,
+               jobs: int | None = None, batch: int | None = None) -> tuple[int, int]:
+    """(trials asked at once, compile processes), where the user gave neither.
+
+    Compile processes: the cores but two (the GPU worker and this process) on larger hosts. A
+    batch holds about two full waves of the pool's compiles (:func:`compile_plan` of a config:
+    every specialisation for the target, again for the GPU present where it is not the target,
+    and the gate's): the next batch compiles while this one is timed, and the pool has work
+    while a wave's slowest compile finishes (a batch of four configs once gave 14 processes 24
+    compiles, a second wave of 10). TPE's batch is 4 to 16, so that it still learns between
+    batches; other samplers do not learn from a batch: at least one config per process."""
+    cores = os.cpu_count() or 1
+    jobs = jobs or (max(1, cores - 2) if cores > 4 else cores)
+    if batch:
+        return batch, jobs
+    kernel = study.kernel
+    sample = kernel.config_type(*(a.default[0] for a in kernel.config_type.tiles()))
+    waves = math.ceil(2 * jobs / max(1, len(compile_plan(sample, study, target, present))))
+    if sampler != "tpe":
+        return max(2, cores - 2, 2 * workers, waves), jobs
+    return max(4, 2 * workers, min(16, waves)), jobs

@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "without it); its journal mode is left as it is")
     parser.add_argument("--seed", type=int, help="sampler seed, for a reproducible search")
     parser.add_argument("--jobs", type=int, help="compile processes (default: all cores but two)")
-    parser.add_argument("--batch", type=int, help="trials asked at once and compiled together "
-                                                  "(default: cores - 2; 4 for tpe)")
+    parser.add_argument("--batch", type=int, help="trials asked at once and compiled together (default: two "
+                                                  "waves of the compile pool, at least cores - 2; tpe: 4 to 16)")
     parser.add_argument("--trial-timeout", type=float, default=180.0,
                         help="seconds before a trial's worker is killed and the config recorded as a timeout "
                              "(default 180)")

@@ -167,10 +167,13 @@ class TunableKernel(abc.ABC):
         return config
 
     def gate_compile_problems(self, problem: Problem, config) -> list[Problem]:
-        """Problems the gate launches beyond the study's, to compile ahead (their own specialisation)."""
+        """Problems the gate launches beyond the study's that need a binary of their own, to compile
+        ahead: those whose specialisation differs from ``problem``'s (a kernel that does not specialise
+        on lengths checks its edge shapes in the very binary that is timed, and compiles nothing more)."""
         from tuner.gate import gate_compile_problems
 
-        return gate_compile_problems(problem, self.edge_tiles(config))
+        own = self.specialisation(problem)
+        return [p for p in gate_compile_problems(problem, self.edge_tiles(config)) if self.specialisation(p) != own]
 
     # ------------------------------------------------------------ check and time
 
