@@ -94,8 +94,9 @@ def plain_study(study, path: Path) -> str:
     return str(path)
 
 
-def _sweep(study_arg: str, scratch: str, tag: str, env: dict) -> tuple[float, list]:
-    """One cold grid sweep without finalists: (wall s, its rows). Raises RuntimeError with its output."""
+def _sweep(study_arg: str, scratch: str, tag: str, env: dict) -> tuple[float, list, str]:
+    """One cold grid sweep without finalists: (wall s, its rows, its own split of the time).
+    Raises RuntimeError with its output."""
     from tuner.store import Store
     from tuner.winners import measured_on
 
@@ -109,7 +110,8 @@ def _sweep(study_arg: str, scratch: str, tag: str, env: dict) -> tuple[float, li
     wall = time.perf_counter() - started
     if sweep.returncode != 0:
         raise RuntimeError(sweep.stdout[-2000:] + sweep.stderr[-3000:])
-    return wall, measured_on(Store(f"sqlite:///{db}", create=False).results())[1]
+    split = next((line for line in (sweep.stdout + sweep.stderr).splitlines() if line.startswith("wall time")), "")
+    return wall, measured_on(Store(f"sqlite:///{db}", create=False).results())[1], split
 
 
 def race(study_arg: str, plain_arg: str, shape, configs: list, scratch: str) -> dict:
@@ -134,14 +136,14 @@ def race(study_arg: str, plain_arg: str, shape, configs: list, scratch: str) -> 
     first, rest = answer["groups"][0], answer["groups"][1:]
     results = {}
     for mode, study, keys in (("without", plain_arg, groups[0]), ("with", study_arg, groups[0] + groups[1])):
-        wall, rows = _sweep(study, scratch, mode, env)
+        wall, rows, split = _sweep(study, scratch, mode, env)
         timed = {r.config for r in rows if r.status == "timed"}
         picked = first if mode == "without" else min([first, *rest], key=lambda g: g["best_ms"] or float("inf"))
         results[mode] = {"autotune_wall": autotune_wall - sum(g["seconds"] for g in rest) if mode == "without"
                          else autotune_wall, "autotune_best": picked["best"], "configs": len(keys),
                          "autotune_calls_s": [g["seconds"] for g in ([first] if mode == "without" else [first, *rest])],
                          "sweep_wall": wall, "sweep_best": winner(rows, shape.label), "sweep_timed": len(timed),
-                         "stray": sorted(timed - set(keys))}
+                         "stray": sorted(timed - set(keys)), "sweep_split": split}
     return results
 
 
@@ -214,4 +216,6 @@ def report(env_line: str, study_name: str, shape, gpu: str, results: dict) -> li
         ratios.append(f"{r['autotune_wall'] / r['sweep_wall']:.2f}x {mode} knobs ({r['configs']} configs; winners "
                       f"{100 * abs(r['side']['sweep'] / r['side']['autotune'] - 1):.1f}% apart)")
     lines += ["", "Speed-up of the sweep over autotune (process wall times): " + "; ".join(ratios) + "."]
+    lines += [f"The sweep {mode} knobs, its own split: {results[mode]['sweep_split']}" for mode in ("with", "without")
+              if results[mode].get("sweep_split")]
     return lines

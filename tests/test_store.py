@@ -141,3 +141,24 @@ def test_insert_results_keeps_the_first_writer_and_hands_the_loser_its_rows(tmp_
     assert db.insert_results(mine) is mine
     theirs = db.insert_results([_result(run.id, "a", ms=2.0)])
     assert [r.ms for r in theirs] == [1.0] and [r.ms for r in db.results("x")] == [1.0]
+
+
+def test_commits_skip_the_fsync_only_in_the_write_ahead_log_files_we_create(tmp_path):
+    """NORMAL synchronisation (no fsync per commit) on the store's and Optuna's connections to a file
+    the store created in WAL mode; a foreign file in SQLite's default journal keeps FULL."""
+    import sqlite3
+
+    from tuner.search import open_storage
+    from tuner.store import Store
+
+    def synchronous(engine) -> int:
+        with engine.connect() as connection:
+            return connection.exec_driver_sql("PRAGMA synchronous").scalar()
+
+    ours = f"sqlite:///{tmp_path / 'ours.db'}"
+    store = Store(ours)
+    assert synchronous(store.engine) == 1 and synchronous(open_storage(ours).engine) == 1      # NORMAL
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as connection:
+        connection.execute("create table t (x int)")
+    assert synchronous(open_storage(f"sqlite:///{foreign}").engine) == 2                      # FULL

@@ -23,7 +23,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from tuner.space import CATEGORICAL, LOG2, SearchSpace
-from tuner.store import engine_options, mentions, pid_alive, retrying
+from tuner.store import commit_without_fsync, engine_options, mentions, pid_alive, retrying
 
 SAMPLERS = ("tpe", "grid", "random")
 OWNER_ATTR = "owner"              # "host:pid" of the sweep that asked the trial
@@ -178,9 +178,11 @@ def open_storage(url: str, heartbeat: tuple[int, int] = HEARTBEAT) -> optuna.sto
 
     def storage(_attempt: int) -> optuna.storages.RDBStorage:
         with _quiet():
-            return optuna.storages.RDBStorage(
+            opened = optuna.storages.RDBStorage(
                 url, engine_kwargs=kwargs, heartbeat_interval=heartbeat[0], grace_period=heartbeat[1],
                 heartbeat_stale_trial_callback=_RETRY(max_retry=3))
+        commit_without_fsync(opened.engine)      # in the store's WAL file: a commit per parameter asked
+        return opened
 
     # IntegrityError / OperationalError from the racing DDL
     return retrying(storage, mentions("UNIQUE", "unique", "already exists", "locked", "duplicate"), attempts=6,

@@ -25,6 +25,7 @@ from tuner.store._store import (
     SQLITE_LOCK_TIMEOUT_S,
     Store,
     StoreError,
+    commit_without_fsync,
     engine_options,
     in_memory,
     mentions,
@@ -46,5 +47,5 @@ from tuner.store._tables import (
 
 __all__ = ["CONFIG_KEY_LENGTH", "DEFAULT_OUT", "DEFAULT_URL", "INTERRUPTED", "SQLITE_LOCK_TIMEOUT_S", "TABLES", "Base",
            "Baseline", "Finalist", "Profile", "Result", "Run", "RunHeartbeat", "Store", "StoreError", "StudyRecord",
-           "engine_options", "in_memory", "mark_gone_runs", "mentions", "now", "parse_url", "pid_alive", "retrying",
-           "run_gone"]
+           "commit_without_fsync", "engine_options", "in_memory", "mark_gone_runs", "mentions", "now", "parse_url",
+           "pid_alive", "retrying", "run_gone"]

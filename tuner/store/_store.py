@@ -80,14 +80,25 @@ def _add_missing_columns(connection) -> None:
 
 
 def _sqlite_commits_without_fsync(dbapi_connection, _record) -> None:
-    """Each connection of a store's own engine, on SQLite: in WAL mode, NORMAL synchronisation
-    makes a commit durable against a crash or ``kill -9`` of the process, not against the
-    machine losing power, and saves an fsync per commit. A sweep makes about ten commits per
-    trial. (Listened for on our engine only: Optuna's engine keeps its own settings.)"""
+    """Each connection of an engine on SQLite in WAL mode (the files the store creates): NORMAL
+    synchronisation makes a commit durable against a crash or ``kill -9`` of the process, not
+    against the machine losing power, and saves an fsync per commit. A sweep makes about ten
+    commits per trial on its engine and, through Optuna, one per parameter asked. A file in
+    another journal mode (one we did not create) keeps SQLite's default, FULL: NORMAL is safe
+    only with the write-ahead log."""
     if isinstance(dbapi_connection, sqlite3.Connection):
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+            cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
+
+
+def commit_without_fsync(engine) -> None:
+    """Listen for :func:`_sqlite_commits_without_fsync` on ``engine`` (Optuna's, too), and drop the
+    connections it already holds so that every one gets it."""
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_commits_without_fsync)
+        engine.dispose()
 
 
 def retrying(action: Callable[[int], T], transient: Callable[[Exception], bool], attempts: int = 5,
@@ -184,13 +195,13 @@ class Store:
                 raise StoreError(f"{url}: cannot make the folder for {file!r}: {exc.strerror or exc}") from None
         try:
             self.engine = create_engine(url, **engine_options(parsed))
-            event.listen(self.engine, "connect", _sqlite_commits_without_fsync)
             if file and not new_file:
                 _check_sqlite(self.engine)
             if new_file and create:
                 with self.engine.connect() as connection:
                     # Write-ahead logging: a commit survives kill -9 and costs one sync, not several.
                     connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+            commit_without_fsync(self.engine)
             self._open(url, create, adopt)
         except StoreError:
             raise
