@@ -264,6 +264,9 @@ def _config_from(variant, head_dim, causal, knobs: dict) -> GluonConfig:
 
 
 GLUON_FORWARD = "gluon-forward"      # the kernel slot of a Gluon plan's key (kernel.launch.plan_key)
+# The knobs of flash_attn_fwd_gluon after the variant, in its order (a plan's key holds their values in it).
+KNOB_NAMES = ("block_m", "block_n", "num_stages", "overlap", "pingpong", "persistent", "producer_regs",
+              "consumer_regs")
 
 
 def checked_plan(q, k, v, causal, variant: str = "pipelined", knobs: dict | None = None, out=None, lse=None,
@@ -284,7 +287,8 @@ def plan_for(q, k, v, causal, variant: str, knobs: dict, out=None, lse=None) -> 
 
     The key is :func:`kernel.launch.plan_key`'s (shapes, strides, dtypes, devices, pointer
     alignment, causal, the outputs given) with the variant and the knobs as given, their types
-    too: ``overlap=1``, which the config check refuses, never finds the plan of ``overlap=True``.
+    too, so a call is taken or refused as it would be on first sight: ``persistent=1.0``, which the
+    config check refuses, never finds the plan of ``persistent=1``.
     """
     given = (variant, *knobs.values())
     try:
@@ -294,11 +298,6 @@ def plan_for(q, k, v, causal, variant: str, knobs: dict, out=None, lse=None) -> 
         key = plan = None
     return plan if plan is not None else cached_plan(key, lambda: checked_plan(q, k, v, causal, variant, knobs,
                                                                                  out, lse))
-
-
-def _knobs(block_m, block_n, num_stages, overlap, pingpong, persistent, producer_regs, consumer_regs) -> dict:
-    return dict(block_m=block_m, block_n=block_n, num_stages=num_stages, overlap=overlap, pingpong=pingpong,
-                persistent=persistent, producer_regs=producer_regs, consumer_regs=consumer_regs)
 
 
 def flash_attn_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,
@@ -331,7 +330,8 @@ def flash_attn_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
         GluonUnavailable: this Triton or device cannot run it (see :func:`gluon_support`).
         TypeError, ValueError: a bad input or config; the message names it.
     """
-    knobs = _knobs(block_m, block_n, num_stages, overlap, pingpong, persistent, producer_regs, consumer_regs)
+    knobs = dict(zip(KNOB_NAMES, (block_m, block_n, num_stages, overlap, pingpong, persistent, producer_regs,
+                                  consumer_regs)))
     return plan_for(q, k, v, causal, variant, knobs, out, lse)(q, k, v, out, lse)
 
 
