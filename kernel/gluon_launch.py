@@ -30,6 +30,11 @@ or map encoding on a repeated call (mode ``"maps"``). Where the wrapper is not t
 runner as the JIT gives them (mode ``"descriptors"``). A profiler's launch hooks, another current
 device or the first call go through the JIT; with no hooks the JIT's launch metadata and empty
 hook chains do nothing, which the direct path's ``None``s say.
+
+On the same CPU, with Triton 3.6's JIT and launcher wrapper over a recording driver
+(``tests/gluon_fake_driver.py``; no map encoding, no C launch), a repeated call's Python cost
+about 3 µs in mode ``"maps"``, 17 µs with descriptors rebuilt, 140 µs through the JIT; the key
+lookup of ``plan_for`` adds about 5 µs. ``python -m benchmarks.gluon --host`` measures it on a GPU.
 """
 
 from __future__ import annotations
