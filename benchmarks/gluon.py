@@ -5,6 +5,7 @@
     python -m benchmarks.gluon --ablation            # and each variant with one piece taken away
     python -m benchmarks.gluon --smoke --variant ws  # first contact: a few small checked calls
     python -m benchmarks.gluon --variant ws --wide   # and the long shapes (WIDE_CASES)
+    python -m benchmarks.gluon --host                # host µs of every launch path at N512 (gluon_host.py)
 
 Times come from :func:`kernel.timing.gpu_time` (CUDA-graph replay over input sets that do
 not fit in L2, as ``kernel.bench``). Baselines in the same run: the Triton kernel at its
@@ -265,6 +266,9 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", help="also write the table here")
     parser.add_argument("--smoke", action="store_true", help="only a few small checked calls per variant (JSON lines)")
     parser.add_argument("--wide", action="store_true", help="also the issue's long shapes (B1 H8 N16384, B2 H16 N8192)")
+    parser.add_argument("--host", action="store_true",
+                        help="only host µs per call of every launch path, and GPU ms, at short lengths (gluon_host)")
+    parser.add_argument("--host-n", type=int, action="append", help="--host at these lengths (repeatable; default 512)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("python -m benchmarks.gluon needs a CUDA GPU (an sm_90 H100/H200 with Triton 3.6): it times the "
@@ -278,9 +282,13 @@ def main(argv=None) -> int:
     variants = list(CANDIDATES) if args.ablation else args.variant or list(VARIANTS)
     if args.smoke:
         return max(smoke(name) for name in variants)
+    causals = {"yes": [True], "no": [False], "both": [False, True]}[args.causal]
+    if args.host:
+        from benchmarks.gluon_host import run_host
+
+        return run_host(args.head_dim, causals, args.host_n, args.markdown)
     from kernel.timing import environment, environment_line, warm_gpu
 
-    causals = {"yes": [True], "no": [False], "both": [False, True]}[args.causal]
     env = environment()
     warm_gpu()
     rows = []

@@ -1,8 +1,10 @@
 """FlashAttention forward for Hopper (sm_90) in Gluon: TMA, mbarriers and async wgmma, by hand.
 
-Read top to bottom: the version gate, the single-partition kernel, the input checks, the
-arguments of a launch (:func:`launch_arguments`) and the launcher :func:`flash_attn_fwd_gluon`.
-Elsewhere: the warp-specialized kernel in ``flash_fwd_gluon_ws.py``, the device code both
+Read top to bottom: the version gate, the single-partition kernel, the arguments of a launch
+(:func:`launch_arguments`), the checks of a first call (:func:`checked_plan`), the plan cache
+(:func:`plan_for`) and the launcher :func:`flash_attn_fwd_gluon`. Elsewhere: the launch plan,
+which launches the compiled kernel without the JIT, in ``gluon_launch.py``; the
+warp-specialized kernel in ``flash_fwd_gluon_ws.py``, the device code both
 kernels share in ``gluon_attention.py``, the knobs (:class:`GluonConfig`), defaults and the
 shared-memory model in ``gluon_config.py``, the cross-compiler in ``gluon_compile.py``.
 
@@ -64,6 +66,8 @@ from kernel.gluon_config import (  # noqa: F401 (the public API: the launch's de
     gluon_configs,
     smem_bytes,
 )
+from kernel.gluon_launch import GluonLaunchPlan
+from kernel.launch import PLANS, cached_plan, plan_key
 
 LOG2E = 1.4426950408889634
 
@@ -250,19 +254,6 @@ def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool):
     return _fwd_pipelined_kernel, args, constexprs, options
 
 
-def _grid(config: GluonConfig, batch_heads: int, n_q: int, device) -> tuple[int]:
-    tiles = triton.cdiv(n_q, config.block_m) * batch_heads
-    if config.persistent:
-        return (min(tiles, config.persistent * _sm_count(device.index)),)
-    return (tiles,)
-
-
-@functools.cache
-def _sm_count(index: int | None) -> int:
-    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
-                                            ).multi_processor_count
-
-
 def _config_from(variant, head_dim, causal, knobs: dict) -> GluonConfig:
     config = replace(default_gluon_config(head_dim, causal, variant),
                      **{name: value for name, value in knobs.items() if value is not None})
@@ -270,6 +261,43 @@ def _config_from(variant, head_dim, causal, knobs: dict) -> GluonConfig:
     if problems:
         raise ValueError(f"Gluon config {config}: " + "; ".join(problems))
     return config
+
+
+GLUON_FORWARD = "gluon-forward"      # the kernel slot of a Gluon plan's key (kernel.launch.plan_key)
+# The knobs of flash_attn_fwd_gluon after the variant, in its order (a plan's key holds their values in it).
+KNOB_NAMES = ("block_m", "block_n", "num_stages", "overlap", "pingpong", "persistent", "producer_regs",
+              "consumer_regs")
+
+
+def checked_plan(q, k, v, causal, variant: str = "pipelined", knobs: dict | None = None, out=None, lse=None,
+                 **plan_options) -> GluonLaunchPlan:
+    """Every check of a first call, then its :class:`~kernel.gluon_launch.GluonLaunchPlan` (not kept:
+    :func:`plan_for` keeps it). ``plan_options``: the plan's ``direct`` and ``cache_maps``."""
+    reason = gluon_support(_capability_of(q))
+    if reason is not None:
+        raise GluonUnavailable(reason)
+    check_inputs(q, k, v, causal)
+    check_outputs(out, lse, q)
+    config = _config_from(variant, q.shape[-1], causal, knobs or {})
+    return GluonLaunchPlan(q, k, v, causal, config, out, lse, launch_arguments, **plan_options)
+
+
+def plan_for(q, k, v, causal, variant: str, knobs: dict, out=None, lse=None) -> GluonLaunchPlan:
+    """The plan kept for this call signature, made (and every input checked) on first sight.
+
+    The key is :func:`kernel.launch.plan_key`'s (shapes, strides, dtypes, devices, pointer
+    alignment, causal, the outputs given) with the variant and the knobs as given, their types
+    too, so a call is taken or refused as it would be on first sight: ``persistent=1.0``, which the
+    config check refuses, never finds the plan of ``persistent=1``.
+    """
+    given = (variant, *knobs.values())
+    try:
+        key = plan_key(GLUON_FORWARD, q, k, v, causal, (given, tuple(map(type, given))), out, lse)
+        plan = PLANS.get(key)
+    except (AttributeError, TypeError):       # not tensors, or an unhashable knob: the checks say what is wrong
+        key = plan = None
+    return plan if plan is not None else cached_plan(key, lambda: checked_plan(q, k, v, causal, variant, knobs,
+                                                                                 out, lse))
 
 
 def flash_attn_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,
@@ -280,6 +308,9 @@ def flash_attn_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
                          lse: torch.Tensor | None = None):
     """FlashAttention forward in Gluon for Hopper: ``kernel.flash_fwd.flash_attn_fwd``'s contract.
 
+    A launch plan per call signature (:func:`plan_for`): the first call checks everything and
+    compiles through the JIT, later ones launch the compiled kernel directly.
+
     Args:
         q: [B, H, N_q, D] or [B, N_q, D], float16 or bfloat16, D = 64 or 128, on an sm_90 GPU.
         k, v: [B, H, N_k, D] or [B, N_k, D], like ``q``. Tensors with a non-unit last stride
@@ -289,7 +320,8 @@ def flash_attn_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
             consumer_regs: the knobs of :class:`GluonConfig`; unset ones take
             :func:`default_gluon_config` of the variant.
         out, lse: optional preallocated outputs (``out`` like ``q``, 16-byte aligned; ``lse``
-            contiguous fp32 [B, H, N_q] or [B, N_q]).
+            contiguous fp32 [B, H, N_q] or [B, N_q]), sharing no memory with q, k, v (``out``
+            may be ``q`` itself).
 
     Returns:
         ``(out, lse)``, ``lse`` the natural-log logsumexp of each row of scaled scores.
@@ -298,29 +330,16 @@ def flash_attn_fwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
         GluonUnavailable: this Triton or device cannot run it (see :func:`gluon_support`).
         TypeError, ValueError: a bad input or config; the message names it.
     """
-    reason = gluon_support(_capability_of(q))
-    if reason is not None:
-        raise GluonUnavailable(reason)
-    check_inputs(q, k, v, causal)
-    check_outputs(out, lse, q)
-    knobs = dict(block_m=block_m, block_n=block_n, num_stages=num_stages, overlap=overlap, pingpong=pingpong,
-                 persistent=persistent, producer_regs=producer_regs, consumer_regs=consumer_regs)
-    config = _config_from(variant, q.shape[-1], causal, knobs)
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    out = torch.empty_like(q, memory_format=torch.contiguous_format) if out is None else out
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device) if lse is None else lse
-    views = [t if t.ndim == 4 else t.unsqueeze(1) for t in (q, k, v, out)]
-    batch, heads, n_q, _ = views[0].shape
-    if batch * heads * n_q == 0:
-        return out, lse
-    if k.shape[-2] == 0:                          # no keys: every row is empty
-        out.zero_()
-        lse.fill_(float("-inf"))
-        return out, lse
-    kernel, args, constexprs, options = launch_arguments(*views, lse, config, causal)
-    with torch.cuda.device(q.device):
-        kernel[_grid(config, batch * heads, n_q, q.device)](*args, **constexprs, **options)
-    return out, lse
+    knobs = dict(zip(KNOB_NAMES, (block_m, block_n, num_stages, overlap, pingpong, persistent, producer_regs,
+                                  consumer_regs)))
+    return plan_for(q, k, v, causal, variant, knobs, out, lse)(q, k, v, out, lse)
+
+
+def flash_attn_fwd_gluon_jit(q, k, v, causal: bool = False, *, variant: str = "pipelined", out=None, lse=None,
+                             **knobs):
+    """:func:`flash_attn_fwd_gluon` as it was before launch plans: every call checks everything and
+    launches through the Gluon JIT. The reference of the plan's tests, and the benchmark's baseline."""
+    return checked_plan(q, k, v, causal, variant, knobs, out, lse, direct=False)(q, k, v, out, lse)
 
 
 def _capability_of(t) -> int | None:

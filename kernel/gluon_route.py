@@ -2,9 +2,10 @@
 
 :data:`GLUON_ROUTES` is the rule, in one table: on sm_90 with Triton 3.6 (both detected on the
 call's device and the installed Triton, never assumed) the default call at these (head dim,
-causal) runs :func:`kernel.flash_fwd_gluon.flash_attn_fwd_gluon` with that variant at its
-default config; everywhere else, and for every call that names a tile or sets a knob, the
-Triton kernel runs (the portable path: Ada, other Triton versions, the CPU interpreter).
+causal) runs the Gluon forward (:mod:`kernel.flash_fwd_gluon`) with that variant at its default
+config, through a launch plan (:class:`GluonPlan`, :mod:`kernel.gluon_launch`); everywhere else,
+and for every call that names a tile or sets a knob, the Triton kernel runs (the portable path:
+Ada, other Triton versions, the CPU interpreter).
 
 A routed call must be one the Gluon launcher takes as it is: its own checks
 (:mod:`kernel.gluon_checks`) are asked first, and inputs it would refuse (fp32, a head dim it
@@ -29,10 +30,12 @@ __all__ = ["GLUON_ROUTES", "ROUTE_MIN_FLOPS", "GluonPlan", "attention_work",
 # 1.03x at D=64, a tie: D=64 stays on the Triton kernel until a measurement says otherwise.
 GLUON_ROUTES: dict[tuple[int, bool], str] = {(128, False): "ws", (128, True): "ws"}
 
-# A routed call costs 164-252 µs of host time on the H200 (the Gluon JIT's own launch path with its
-# tensor descriptors), the Triton kernel's launch plan 17-26 µs (B4 H8 N512 D128, benchmarks.gluon,
+# A routed call cost 164-252 µs of host time on the H200 through the Gluon JIT (its binder and tensor
+# descriptors), the Triton kernel's launch plan 17-26 µs (B4 H8 N512 D128, benchmarks.gluon,
 # docs/results/2026-12-01-h200-gluon.md). Below this much work (4·B·H·N_q·N_k·D FLOPs, halved when
 # causal: about 0.3 ms of GPU time) an eager call would wait on the host, so the Triton kernel runs.
+# Routed calls now launch through a plan (kernel.gluon_launch); `python -m benchmarks.gluon --host`
+# measures both paths' host µs, which is what this bound is to be set from. The one place to change it.
 ROUTE_MIN_FLOPS = 2e11
 
 
@@ -70,15 +73,25 @@ def refusal(q, k, v, causal, out=None, lse=None) -> str | None:
 
 
 class GluonPlan:
-    """A default call's plan that runs the Gluon kernel: ``plan(q, k, v, out, lse) -> (out, lse)``."""
+    """A default call's plan that runs the Gluon kernel: ``plan(q, k, v, out, lse) -> (out, lse)``.
+
+    Kept per input layout by the Triton launcher's plan cache, whose key holds everything a Gluon
+    launch plan depends on; so the first call makes the Gluon launch plan
+    (:func:`kernel.flash_fwd_gluon.checked_plan`: the Gluon launcher's checks, once) and every
+    call runs it, with no second key: from the second call on it launches the compiled kernel.
+    """
 
     def __init__(self, variant: str, causal: bool):
         self.variant, self.causal = variant, causal
+        self.launch = None                 # the kernel.gluon_launch.GluonLaunchPlan, from the first call
 
     def __call__(self, q, k, v, out=None, lse=None):
-        from kernel.flash_fwd_gluon import flash_attn_fwd_gluon
+        launch = self.launch
+        if launch is None:
+            from kernel.flash_fwd_gluon import checked_plan
 
-        return flash_attn_fwd_gluon(q, k, v, self.causal, variant=self.variant, out=out, lse=lse)
+            launch = self.launch = checked_plan(q, k, v, self.causal, self.variant, None, out, lse)
+        return launch(q, k, v, out, lse)
 
     def __repr__(self) -> str:
         return f"GluonPlan(variant={self.variant!r}, causal={self.causal})"

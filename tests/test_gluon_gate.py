@@ -129,6 +129,23 @@ def test_the_benchmark_checks_and_tabulates():
     assert "| B1 H8 N16384 | 128 | yes | ws | 1.0000 |" in text
 
 
+def test_the_host_benchmark_tabulates_every_path(monkeypatch):
+    from benchmarks import gluon as bench_gluon
+    from benchmarks.gluon_host import PATHS, host_table
+
+    row = dict(n=512, D=128, causal=True, variant="ws", work=2.15e9, plan_mode="maps",
+               host_us={name: 10.0 + i for i, name in enumerate(PATHS) if name != "routed"}, gpu_ms=dict(gluon=0.0123),
+               bit_equal=dict(gluon_plan=True, gluon_rebuilt=False), notes=dict(routed="not routed"))
+    text = host_table([row], "GPU: test")
+    assert ("| 512 | 128 | yes | 2.15e+09 | 10.0 | 11.0 | n/a | 13.0 | 14.0 | 15.0 | maps | gluon_plan yes, "
+            "gluon_rebuilt NO | n/a | 0.0123 | routed: not routed |") in text
+    from kernel.gluon_route import ROUTE_MIN_FLOPS
+
+    assert f"ROUTE_MIN_FLOPS = {ROUTE_MIN_FLOPS:.3g}" in text
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench_gluon.main(["--host"]) == 2
+
+
 def test_every_benchmark_candidate_is_a_valid_config():
     from dataclasses import replace
 

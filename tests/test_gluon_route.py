@@ -82,18 +82,22 @@ def test_a_triton_other_than_36_is_named_and_never_routes(monkeypatch, version):
 
 @pytest.fixture
 def routed(monkeypatch) -> list:
-    """Every device routes (the detection is tested above), and the Gluon entry point records its
-    calls instead of launching: returns the list of (shape, causal, variant) calls."""
+    """Every device routes (the detection is tested above), and the Gluon launch plan a routed call
+    makes records its calls instead of launching: returns the list of (shape, causal, variant) calls."""
     calls = []
 
-    def record(q, k, v, causal=False, *, variant, out=None, lse=None):
-        calls.append((tuple(q.shape), causal, variant))
-        return (torch.zeros_like(q) if out is None else out,
-                torch.zeros(q.shape[:-1]) if lse is None else lse)
+    def plan(q, k, v, causal, variant, knobs, out=None, lse=None):
+        assert not knobs, "a routed call runs the variant's default config"
+
+        def record(q, k, v, out=None, lse=None):
+            calls.append((tuple(q.shape), causal, variant))
+            return (torch.zeros_like(q) if out is None else out,
+                    torch.zeros(q.shape[:-1]) if lse is None else lse)
+        return record
 
     monkeypatch.setattr(route, "route_reason", lambda device: None)
     monkeypatch.setattr(route, "ROUTE_MIN_FLOPS", 0)
-    monkeypatch.setattr(gluon_module, "flash_attn_fwd_gluon", record)
+    monkeypatch.setattr(gluon_module, "checked_plan", plan)
     return calls
 
 
@@ -197,14 +201,16 @@ LENGTHS = [1, 16, 17, 63, 64, 65, 127, 128, 129]
 
 @pytest.fixture
 def spied(monkeypatch) -> list:
-    """The real Gluon entry point, counting its calls."""
-    calls, real = [], gluon_module.flash_attn_fwd_gluon
+    """The real Gluon launch plans, recording the variant of each call."""
+    from kernel.gluon_launch import GluonLaunchPlan
 
-    def spy(*args, **kwargs):
-        calls.append(kwargs.get("variant"))
-        return real(*args, **kwargs)
+    calls, real = [], GluonLaunchPlan.__call__
 
-    monkeypatch.setattr(gluon_module, "flash_attn_fwd_gluon", spy)
+    def spy(plan, *args, **kwargs):
+        calls.append(plan.config.variant)
+        return real(plan, *args, **kwargs)
+
+    monkeypatch.setattr(GluonLaunchPlan, "__call__", spy)
     monkeypatch.setattr(route, "ROUTE_MIN_FLOPS", 0)       # the small shapes here take the route too
     return calls
 
