@@ -170,6 +170,23 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
               --markdown "$S/stability.md" > "$S/stability.log" 2>&1; echo "stability rc=$?"; tail -12 "$S/stability.log"
             timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_clock.py > "$S/clocktest.log" 2>&1
             echo "clock test rc=$?"; tail -3 "$S/clocktest.log";;
+    speed3) # issue 24, round 3: the main job cold, the agreement, the top-5 spread
+            S=$W/speed; rm -rf "$S"; mkdir -p "$S"
+            TRITON_CACHE_DIR=$S/triton FA2_TUNER_CACHE=$S/fa2 /usr/bin/time -f "main job wall %e s" timeout 300 \
+              python3 -m tuner.sweep --gpu sm_89 --storage "sqlite:///$S/main.db" --out "$S/main" > "$S/main.log" 2>&1
+            echo "main job rc=$?"; grep -vE "^\[|^compiling" "$S/main.log" | tail -34
+            TRITON_CACHE_DIR=$S/triton timeout 200 python3 -m benchmarks.finalists agree --storage "sqlite:///$S/main.db" \
+              --study article --gpu sm_89 --markdown "$S/agree.md" > "$S/agree.log" 2>&1
+            echo "agree rc=$?"; tail -12 "$S/agree.log"
+            TRITON_CACHE_DIR=$S/triton timeout 120 python3 -m benchmarks.search stability --storage "sqlite:///$S/main.db" \
+              --study article --gpu sm_89 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" --top 5 --repeats 5 \
+              --markdown "$S/stability.md" > "$S/stability.log" 2>&1; echo "stability rc=$?"; tail -10 "$S/stability.log";;
+    gluonplan) timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_plan.py \
+                 tests/test_gluon_plan_paths.py tests/test_gluon_route.py tests/test_gluon.py > "$W/gluonplan.log" 2>&1
+               echo "gluonplan tests rc=$?"; grep -E "passed|failed|FAILED|ERROR" "$W/gluonplan.log" | tail -12
+               grep -E "^E " "$W/gluonplan.log" | head -8
+               timeout 200 python3 -m benchmarks.gluon --host --host-n 256 --host-n 512 --host-n 1024 --host-n 2048 \
+                 --markdown "$W/gluonhost.md" > "$W/gluonhost.log" 2>&1; echo "gluon host rc=$?"; tail -30 "$W/gluonhost.log";;
     race) S=$W/speed; mkdir -p "$S"; /usr/bin/time -f "race wall %e s" timeout 480 python3 -m benchmarks.search speed \
             --markdown "$S/race.md" > "$S/race.log" 2>&1; echo "race rc=$?"; tail -16 "$S/race.log";;
     gpufinal) timeout ${TESTS_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_bad_kernel_inputs.py \
