@@ -156,11 +156,8 @@ def _attend_query_tile(Q, K, V, O, LSE, tile_m, pid_bh,
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
 
 
-# BH (batch x heads) only bounds the persistent loop: specialising on it (a constant 1, or
-# divisible by 16) would give the tuner's ragged gate shapes another binary than the timed one.
-# The lengths stay specialised: without it (cross-compiled, the same shared memory, copies and
-# wgmma) the H200 timed the Hopper default 128x64_w8_s3_tma 1.6% slower at N=4096 D=64, causal
-# 1.0% (64x64_w4_s3 6% faster, D=128 a tie; scripts/ab_specialise.py, 2026-12-01).
+# BH only bounds the persistent loop: specialised, it would give the ragged gate shapes another binary. The
+# lengths stay specialised: unspecialised, the Hopper default ran 1-1.6% slower (scripts/ab_specialise.py).
 UNSPECIALISED = ("BH",)
 
 
