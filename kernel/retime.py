@@ -8,9 +8,10 @@ measurements, for 5 rounds whatever the timings say: 8 shapes x 6 configs x 5 ro
 * each candidate's graph is captured once (:class:`Candidate`), and replayed in every round;
 * the clock is settled once, by replaying every candidate in turn, not before each measurement;
 * each measurement is :data:`ADAPTIVE` ``rep_ms`` of replays, with the SM clock read as it
-  runs (:mod:`kernel.clock`), in rounds whose order rotates; a config's replays alternate one by
-  one with those of SDPA (the first of its backends that was captured), so that each window
-  gives the config's ms and SDPA's under the same clock (:meth:`Candidate.measure`);
+  runs (:mod:`kernel.clock`), in rounds whose order rotates; a config's replays alternate with
+  those of SDPA (the first of its backends that was captured), four of the config's to one of
+  SDPA's, so that each window gives the config's ms and SDPA's under the same clock, in a power
+  state that is mostly the config's own (:meth:`Candidate.measure`);
 * after ``min_rounds`` the rounds stop (:func:`decided`) once the leader's gap to the runner-up
   is outside the noise, or once every candidate's noise is at most 0.5% (nvbench's stopping
   noise), or at ``max_rounds``.

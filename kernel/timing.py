@@ -152,25 +152,34 @@ class CapturedGraph:
         return [start.elapsed_time(end) / self.calls_per_replay for start, end in events], mhz
 
 
-    def timed_pair(self, partner: CapturedGraph, rep_ms: float, clock=None) -> tuple[list[float], list[float],
-                                                                                   float | None]:
+    def timed_pair(self, partner: CapturedGraph, rep_ms: float, clock=None, share: int = 4) -> tuple[
+            list[float], list[float], float | None]:
         """(this graph's GPU ms per call of each replay, ``partner``'s, mean SM MHz): about ``rep_ms``
-        of replays in all, this graph's and the partner's alternating one by one, each timed with
-        CUDA events, so both run under the same clock, temperature and power draw."""
+        of replays in all, ``share`` of this graph's then one of the partner's, again and again, each
+        timed with CUDA events. The partner runs under the same clock, temperature and power draw
+        within milliseconds, and takes a small share of the window, so that the power state the
+        clock follows is mostly this graph's own, as when it is timed alone."""
         from kernel.clock import sample_while
 
-        pairs = max(10, min(5000, int(rep_ms / (self.replay_ms + partner.replay_ms))))
-        events = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3)) for _ in range(pairs)]
-        for start, middle, end in events:
-            start.record()
-            self.graph.replay()
-            middle.record()
-            partner.graph.replay()
-            end.record()
-        mhz = sample_while(lambda: not events[-1][2].query(), clock)
+        cycle_ms = share * self.replay_ms + partner.replay_ms
+        cycles = max(4, min(2000, int(rep_ms / cycle_ms)))
+        own, theirs = [], []
+        for _ in range(cycles):
+            for _ in range(share):
+                own.append(self._timed_replay(self.graph))
+            theirs.append(self._timed_replay(partner.graph))
+        mhz = sample_while(lambda: not theirs[-1][1].query(), clock)
         torch.cuda.synchronize()
-        return ([start.elapsed_time(middle) / self.calls_per_replay for start, middle, _ in events],
-                [middle.elapsed_time(end) / partner.calls_per_replay for _, middle, end in events], mhz)
+        return ([start.elapsed_time(end) / self.calls_per_replay for start, end in own],
+                [start.elapsed_time(end) / partner.calls_per_replay for start, end in theirs], mhz)
+
+    @staticmethod
+    def _timed_replay(graph) -> tuple:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        return start, end
 
 
 def capture_graph(calls: Sequence[Callable[[], object]]) -> CapturedGraph:

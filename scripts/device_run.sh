@@ -187,6 +187,10 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
                grep -E "^E " "$W/gluonplan.log" | head -8
                timeout 200 python3 -m benchmarks.gluon --host --host-n 256 --host-n 512 --host-n 1024 --host-n 2048 \
                  --markdown "$W/gluonhost.md" > "$W/gluonhost.log" 2>&1; echo "gluon host rc=$?"; tail -30 "$W/gluonhost.log";;
+    racesweep) S=$W/speed; mkdir -p "$S"; rm -rf "$S/rs"; TRITON_CACHE_DIR=$S/rs/triton FA2_TUNER_CACHE=$S/rs/fa2 \
+               /usr/bin/time -f "race sweep wall %e s" timeout 200 python3 -m tuner.sweep --gpu auto --study autotune_race_200 \
+               --sampler grid --storage "sqlite:///$S/rs/race.db" --no-outputs --finalists 0 > "$S/racesweep.log" 2>&1
+               echo "race sweep rc=$?"; grep -vE "^\[|^compiling|^SDPA" "$S/racesweep.log" | tail -8;;
     race) S=$W/speed; mkdir -p "$S"; /usr/bin/time -f "race wall %e s" timeout 480 python3 -m benchmarks.search speed \
             --markdown "$S/race.md" > "$S/race.log" 2>&1; echo "race rc=$?"; tail -16 "$S/race.log";;
     gpufinal) timeout ${TESTS_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_bad_kernel_inputs.py \
