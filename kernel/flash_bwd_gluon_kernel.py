@@ -36,8 +36,16 @@ query i when j <= i.
 
 from __future__ import annotations
 
-from kernel.gluon_attention import GLUON_IMPORT_ERROR, fence_async_shared, gl, jit, mbarrier, tma, warpgroup_mma, \
-    warpgroup_mma_wait
+from kernel.gluon_attention import (
+    GLUON_IMPORT_ERROR,
+    fence_async_shared,
+    gl,
+    jit,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 LOG2E_F = gl.constexpr(1.4426950408889634) if GLUON_IMPORT_ERROR is None else 1.4426950408889634
 
@@ -332,4 +340,5 @@ def bwd_gluon_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc,
 
 
 # Every JIT function of the kernel, in file order (their source is the device code).
-JIT_FUNCTIONS = (key_tile_coords, query_tiles, _producer, _scores, _p_ds, _dq_chunks, _step, _consumer, bwd_gluon_kernel)
+JIT_FUNCTIONS = (key_tile_coords, query_tiles, _producer, _scores, _p_ds, _dq_chunks, _step, _consumer,
+                 bwd_gluon_kernel)

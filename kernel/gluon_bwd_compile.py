@@ -68,7 +68,8 @@ def compile_report(case: dict) -> dict:
     from dataclasses import asdict
 
     config = GluonBwdConfig(**case["config"])
-    report = dict(case, config=asdict(config), model=smem_bytes(config, case["head_dim"]))
+    constants = (case["n_q"] == 1) + (case["n_k"] == 1)          # lengths the JIT makes constants
+    report = dict(case, config=asdict(config), model=smem_bytes(config, case["head_dim"], constant_lengths=constants))
     try:
         compiled = cross_compile(config, case["head_dim"], case["causal"], case["n_q"], case["n_k"])
     except Exception as exc:  # reported, not raised: one bad case must not hide the others

@@ -71,12 +71,14 @@ class GluonBwdConfig:
         return found
 
 
-# Defaults per (head_dim, causal): by shared memory and registers, not yet timed.
+# Defaults per (head_dim, causal): by shared memory and registers (cross-compiled, no spills), not
+# yet timed. D=64: 232 registers keep the launch at 128 per thread, so two programs fit an SM
+# (2 x 256 threads x 128 registers; 2 x 97 KB of shared memory). D=128: one program per SM.
 GLUON_BWD_DEFAULTS = {
-    (64, False): GluonBwdConfig(64, num_stages=2, dq_bufs=2),
-    (64, True): GluonBwdConfig(64, num_stages=2, dq_bufs=2),
-    (128, False): GluonBwdConfig(64, num_stages=2, dq_bufs=2),
-    (128, True): GluonBwdConfig(64, num_stages=2, dq_bufs=2),
+    (64, False): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumer_regs=232),
+    (64, True): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumer_regs=232),
+    (128, False): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumer_regs=240),
+    (128, True): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumer_regs=240),
 }
 
 
@@ -88,18 +90,25 @@ def default_gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdCon
                          f"{HEAD_DIMS}") from None
 
 
-def smem_bytes(config: GluonBwdConfig, head_dim: int, element_bytes: int = 2) -> int:
-    """Shared memory of a config, as Triton 3.6 allocates it (bytes, = ``metadata.shared``): K and
-    V, the Q/dO ring, P and dS, the fp32 dQ buffers (``head_dim / 64`` chunks of 64 columns per
-    buffer), then the barriers (the ring's two arrays of 8 bytes a stage, each rounded to 16)
-    and a fixed block: the K/V barriers, the producer's captured arguments and the partition
-    words (fitted to compiles; the compile tests check the figure)."""
+def smem_bytes(config: GluonBwdConfig, head_dim: int, element_bytes: int = 2, constant_lengths: int = 0) -> int:
+    """Shared memory of a config, as Triton 3.6 allocates it (bytes, = ``metadata.shared``).
+
+    The tiles: K and V, the Q/dO ring, P and dS, the fp32 dQ buffers (``head_dim / 64`` chunks
+    of 64 columns per buffer). Then the small buffers: the ring's two barrier arrays (8 bytes a
+    stage, each rounded to 16); the producer's captured arguments, rounded to 16: 4 tensor
+    descriptors of 8 bytes, 4 rank-5 shared buffers and 4 barrier arrays (2 of rank 1, 2 of
+    rank 2) of 8 + 4 per dimension, and H, BH, N_q, N_k of 4 bytes, less the lengths the JIT
+    made constants (``constant_lengths``: N = 1); and a fixed 28 (the K/V barriers and the
+    partition word). Fitted to compiles; the compile tests check the figure.
+    """
     kv = 2 * BLOCK_N * head_dim * element_bytes
     ring = 2 * config.num_stages * config.block_m * head_dim * element_bytes
     ps = 2 * config.block_m * BLOCK_N * element_bytes
     dq = config.dq_bufs * config.block_m * head_dim * 4
-    ring_barriers = 2 * (-(-8 * config.num_stages // 16) * 16)
-    return kv + ring + ps + dq + ring_barriers + FIXED_SMALL_BYTES
+    ring_barriers = 2 * _round16(8 * config.num_stages)
+    captures = _round16(4 * 8 + 4 * (8 + 4 * 5) + 2 * (8 + 4 * 1) + 2 * (8 + 4 * 2) + 4 * (4 - constant_lengths))
+    return kv + ring + ps + dq + ring_barriers + captures + 28
 
 
-FIXED_SMALL_BYTES = 252
+def _round16(size: int) -> int:
+    return -(-size // 16) * 16
