@@ -4,6 +4,7 @@
     python -m benchmarks.bwd_gluon --knobs "block_m=64,num_stages=2;block_m=128,num_stages=1,dq_bufs=1"
     python -m benchmarks.bwd_gluon --head-dim 128 --json out.json --markdown out.md
     python -m benchmarks.bwd_gluon --smoke                  # first contact: small checked calls, JSON lines
+    python -m benchmarks.bwd_gluon --smoke --smoke-knobs consumers=2     # the same, with these knobs
 
 Each knob set (``;``-separated, each ``name=value,...`` of ``kernel.gluon_bwd_config.GluonBwdConfig``;
 an empty set is the default config) is first checked on one input set: dQ, dK and dV against
@@ -27,7 +28,8 @@ import torch
 from benchmarks._report import write_report
 
 SHAPE = dict(batch=4, heads=8, n=4096)
-DEFAULT_KNOBS = ["", "num_stages=3", "dq_bufs=1", "persistent=1", "consumer_regs=240", "block_m=128,consumer_regs=256"]
+DEFAULT_KNOBS = ["", "num_stages=3", "dq_bufs=1", "persistent=1", "consumer_regs=240", "block_m=128,consumer_regs=256",
+                 "consumers=2", "consumers=2,dq_bufs=1", "consumers=2,persistent=1"]
 # (D, causal, B, H, N_q, N_k, knobs): small calls through every code path (ragged, causal,
 # N_q != N_k, N = 1, persistent programs walking several key tiles).
 SMOKE_CASES = [
@@ -37,6 +39,7 @@ SMOKE_CASES = [
     (128, True, 1, 1, 1, 1, {}),
     (64, True, 4, 8, 2048 + 65, 2048 + 65, dict(persistent=1)),
     (128, True, 2, 24, 777, 333, dict(persistent=2)),
+    (128, False, 2, 24, 1000, 1000 + 64, dict(persistent=1)),
 ]
 
 
@@ -59,13 +62,18 @@ def _settle() -> None:
         torch.cuda.synchronize()
 
 
-def smoke() -> int:
-    """:data:`SMOKE_CASES`, one JSON line each as it finishes (a hang leaves the last case missing:
-    run this in a subprocess with a timeout); 1 if any was wrong."""
+def smoke(extra: dict) -> int:
+    """:data:`SMOKE_CASES` with the knobs ``extra`` (cases whose head dim these knobs do not take
+    are left out), one JSON line each as it finishes (a hang leaves the last case missing: run
+    this in a subprocess with a timeout); 1 if any was wrong."""
     from kernel.gluon_bwd_check import check_gluon_bwd
+    from kernel.gluon_bwd_config import GluonBwdConfig
 
     failed = 0
     for d, causal, b, h, n_q, n_k, knobs in SMOKE_CASES:
+        knobs = {**knobs, **extra}
+        if GluonBwdConfig(**knobs).problems(d):
+            continue
         q, dout = (torch.randn(b, h, n_q, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         k, v = (torch.randn(b, h, n_k, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         case = dict(D=d, causal=causal, shape=[b, h, n_q, n_k], knobs=knobs)
@@ -192,6 +200,7 @@ def main(argv=None) -> int:
     parser.add_argument("--knobs", default=";".join(DEFAULT_KNOBS),
                         help="knob sets, ';'-separated, each 'name=value,...' (an empty set: the default)")
     parser.add_argument("--smoke", action="store_true", help="only small checked calls (JSON lines)")
+    parser.add_argument("--smoke-knobs", default="", help="knobs for the smoke calls ('name=value,...')")
     parser.add_argument("--json", help="write every row (every knob set tried) here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args(argv)
@@ -206,7 +215,7 @@ def main(argv=None) -> int:
         print(f"the Gluon backward cannot run here: {reason}", file=sys.stderr)
         return 2
     if args.smoke:
-        return smoke()
+        return smoke(parse_knobs(args.smoke_knobs))
     from kernel.timing import environment, warm_gpu
 
     knob_sets = [part.strip() for part in args.knobs.split(";")]

@@ -24,7 +24,7 @@ from kernel.checks import check_agreement, check_kinds
 from kernel.flash_bwd import PREPROCESS_BLOCK, bwd_dq_finish_kernel, bwd_preprocess_kernel
 from kernel.flash_fwd_gluon import GluonUnavailable, _capability_of, _sm_count, gluon_api_support, gluon_support
 from kernel.gluon_attention import gl
-from kernel.gluon_bwd_config import HEAD_DIMS, GluonBwdConfig, default_gluon_bwd_config
+from kernel.gluon_bwd_config import HEAD_DIMS, KEYS_PER_CONSUMER, GluonBwdConfig, default_gluon_bwd_config
 from kernel.gluon_checks import DTYPES, tma_strides
 
 LOG2E = 1.4426950408889634
@@ -111,11 +111,12 @@ def launch_arguments(q, k, v, dout, dq_acc, dk, dv, lse, delta, config: GluonBwd
     block_m, block_n = config.block_m, config.block_n
     descriptors = (_descriptor("q", q, block_m), _descriptor("k", k, block_n), _descriptor("v", v, block_n),
                    _descriptor("dout", dout, block_m), _descriptor("dq", dq_acc, block_m, DQ_CHUNK),
-                   _descriptor("dk", dk, block_n), _descriptor("dv", dv, block_n))
+                   _descriptor("dk", dk, KEYS_PER_CONSUMER), _descriptor("dv", dv, KEYS_PER_CONSUMER))
     sm_scale = 1.0 / math.sqrt(head_dim)
     args = (*descriptors, lse, delta, heads, batch * heads, n_q, k.shape[2], sm_scale * LOG2E, sm_scale)
     constexprs = dict(CAUSAL=causal, NUM_STAGES=config.num_stages, DQ_BUFS=config.dq_bufs,
-                      PRODUCER_REGS=config.producer_regs)
+                      CONSUMERS=config.consumers, PRODUCER_REGS=config.producer_regs,
+                      CONSUMER_REGS=config.consumer_regs)
     options = dict(num_warps=4, maxnreg=config.maxnreg)
     return bwd_gluon_kernel, args, constexprs, options
 
@@ -132,7 +133,8 @@ def grid(config: GluonBwdConfig, batch_heads: int, n_k: int, device) -> tuple[in
 
 def flash_attn_bwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                          dout: torch.Tensor, causal: bool = False, *, block_m: int | None = None,
-                         num_stages: int | None = None, dq_bufs: int | None = None, persistent: int | None = None,
+                         num_stages: int | None = None, dq_bufs: int | None = None, consumers: int | None = None,
+                         persistent: int | None = None,
                          producer_regs: int | None = None, consumer_regs: int | None = None,
                          dq: torch.Tensor | None = None, dk: torch.Tensor | None = None,
                          dv: torch.Tensor | None = None):
@@ -144,7 +146,7 @@ def flash_attn_bwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out:
         out, lse: the forward's output (like q) and natural-log logsumexp (fp32 [B, H, N_q], contiguous).
         dout: the gradient of ``out``, like q.
         causal: key j is seen by query i when j <= i (top-left aligned).
-        block_m, num_stages, dq_bufs, persistent, producer_regs, consumer_regs: the knobs of
+        block_m, num_stages, dq_bufs, consumers, persistent, producer_regs, consumer_regs: the knobs of
             :class:`GluonBwdConfig`; unset ones take :func:`default_gluon_bwd_config`'s.
         dq, dk, dv: optional preallocated gradients (contiguous, like q, k and v).
 
@@ -159,7 +161,7 @@ def flash_attn_bwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out:
     if reason is not None:
         raise GluonUnavailable(reason)
     check_bwd_inputs(q, k, v, out, lse, dout, causal, (dq, dk, dv))
-    knobs = dict(block_m=block_m, num_stages=num_stages, dq_bufs=dq_bufs, persistent=persistent,
+    knobs = dict(block_m=block_m, num_stages=num_stages, dq_bufs=dq_bufs, consumers=consumers, persistent=persistent,
                  producer_regs=producer_regs, consumer_regs=consumer_regs)
     config = config_from(q.shape[-1], causal, knobs)
     dq = torch.empty_like(q, memory_format=torch.contiguous_format) if dq is None else dq

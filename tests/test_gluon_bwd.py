@@ -44,7 +44,11 @@ VARIANTS = [
     (GluonBwdConfig(64, num_stages=2, dq_bufs=1), 128),
     (GluonBwdConfig(64, num_stages=2, dq_bufs=2, persistent=1), 128),
     (GluonBwdConfig(64, num_stages=4, dq_bufs=2, persistent=2, consumer_regs=232), 64),
+    (GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumers=2), 128),
+    (GluonBwdConfig(64, num_stages=2, dq_bufs=1, consumers=2, persistent=1), 128),
 ]
+# Knobs each smoke run takes: the defaults, and two consumer warpgroups (their own barriers).
+SMOKE_KNOBS = ("", "consumers=2")
 
 
 def _case_id(case) -> str:
@@ -155,11 +159,17 @@ SMOKE_TIMEOUT_S = 180
 
 
 @pytest.fixture(scope="module")
-def smoke() -> str | None:
-    """``python -m benchmarks.bwd_gluon --smoke`` in a subprocess with a timeout: None when every
-    case passed, else what went wrong (a hang is killed and reported with the last case)."""
-    run = subprocess.Popen([sys.executable, "-m", "benchmarks.bwd_gluon", "--smoke"], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, cwd=ROOT)
+def smoke() -> dict:
+    """``python -m benchmarks.bwd_gluon --smoke --smoke-knobs K`` for each of :data:`SMOKE_KNOBS`,
+    side by side in subprocesses with a timeout: K -> None when every case passed, else what
+    went wrong (a hang is killed and reported with the last case)."""
+    runs = {knobs: subprocess.Popen([sys.executable, "-m", "benchmarks.bwd_gluon", "--smoke", "--smoke-knobs", knobs],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+            for knobs in SMOKE_KNOBS}
+    return {knobs: _smoke_verdict(run) for knobs, run in runs.items()}
+
+
+def _smoke_verdict(run: subprocess.Popen) -> str | None:
     try:
         stdout, stderr = run.communicate(timeout=SMOKE_TIMEOUT_S)
         hung = False
@@ -176,9 +186,10 @@ def smoke() -> str | None:
     return None
 
 
-def _healthy(smoke) -> None:
-    if smoke is not None:
-        pytest.fail(smoke)
+def _healthy(smoke: dict, knobs: dict | None = None) -> None:
+    verdict = smoke["consumers=2" if (knobs or {}).get("consumers", 1) == 2 else ""]
+    if verdict is not None:
+        pytest.fail(verdict)
 
 
 def check_gradients(b, h, n_q, n_k, d, causal, label="", **knobs):
@@ -211,12 +222,23 @@ def test_gradients_match_the_reference(shape, causal, head_dim, smoke):
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "B{}H{}-{}x{}".format(*s))
+def test_two_consumer_warpgroups_match_the_reference(shape, causal, smoke):
+    _healthy(smoke, dict(consumers=2))
+    check_gradients(*shape, 128, causal, consumers=2)
+    for n in (1, 2, 63, 64, 65, 127, 128, 129):
+        check_gradients(1, 2, n, n + 3, 128, causal, consumers=2)
+
+
+@pytest.mark.gpu
+@needs_hopper
 @pytest.mark.parametrize("index", range(len(VARIANTS)))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_every_knob_variant_is_right(index, causal, smoke):
     """Each variant on 2 x 24 heads (a persistent program walks several key tiles), ragged."""
-    _healthy(smoke)
     config, d = VARIANTS[index]
+    _healthy(smoke, asdict(config))
     check_gradients(2, 24, 777, 333 if causal else 1000, d, causal, **asdict(config))
 
 
