@@ -1,0 +1,237 @@
+"""Benchmark: the Gluon backward against the Triton backward and SDPA's (flash, cuDNN), same run.
+
+    python -m benchmarks.bwd_gluon                          # B4 H8 N4096 bf16, D 64 and 128, causal and not
+    python -m benchmarks.bwd_gluon --knobs "block_m=64,num_stages=2;block_m=128,num_stages=1,dq_bufs=1"
+    python -m benchmarks.bwd_gluon --head-dim 128 --json out.json --markdown out.md
+    python -m benchmarks.bwd_gluon --smoke                  # first contact: small checked calls, JSON lines
+    python -m benchmarks.bwd_gluon --smoke --smoke-knobs consumers=2     # the same, with these knobs
+
+Each knob set (``;``-separated, each ``name=value,...`` of ``kernel.gluon_bwd_config.GluonBwdConfig``;
+an empty set is the default config) is first checked on one input set: dQ, dK and dV against
+float32 autograd through the math, within 3x PyTorch's own bf16 error (``kernel.gluon_bwd_check``,
+NaN-filled gradients). A knob set that fails to compile, raises or is wrong is reported with
+its error and skipped, and the run goes on. Times: CUDA-graph replay over input sets that do not
+fit in L2 (``kernel.timing.gpu_time``), as ``benchmarks.bwd``: ours-Gluon, ours-Triton (the
+default call ``kernel.flash_attn_bwd``), SDPA-flash's and SDPA-cuDNN's backward (autograd.grad).
+TFLOP/s counts 2.5x the forward's FLOPs. Exits 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+
+import torch
+
+from benchmarks._report import write_report
+
+SHAPE = dict(batch=4, heads=8, n=4096)
+DEFAULT_KNOBS = ["", "num_stages=3", "dq_bufs=1", "persistent=1", "consumer_regs=240", "block_m=128,consumer_regs=256",
+                 "consumers=2", "consumers=2,dq_bufs=1", "consumers=2,persistent=1"]
+# (D, causal, B, H, N_q, N_k, knobs): small calls through every code path (ragged, causal,
+# N_q != N_k, N = 1, persistent programs walking several key tiles).
+SMOKE_CASES = [
+    (64, False, 1, 2, 256, 256, {}),
+    (64, True, 2, 3, 385, 129, {}),
+    (128, False, 2, 3, 129, 1000, {}),
+    (128, True, 1, 1, 1, 1, {}),
+    (64, True, 4, 8, 2048 + 65, 2048 + 65, dict(persistent=1)),
+    (128, True, 2, 24, 777, 333, dict(persistent=2)),
+    (128, False, 2, 24, 1000, 1000 + 64, dict(persistent=1)),
+]
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:300]
+
+
+def parse_knobs(text: str) -> dict:
+    """``"block_m=128,num_stages=1"`` -> {"block_m": 128, "num_stages": 1} (ints)."""
+    knobs = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        knobs[name.strip()] = int(value)
+    return knobs
+
+
+def _settle() -> None:
+    with contextlib.suppress(Exception):   # a fault was reported with the call that caused it
+        torch.cuda.synchronize()
+
+
+def smoke(extra: dict) -> int:
+    """:data:`SMOKE_CASES` with the knobs ``extra`` (cases whose head dim these knobs do not take
+    are left out), one JSON line each as it finishes (a hang leaves the last case missing: run
+    this in a subprocess with a timeout); 1 if any was wrong."""
+    from kernel.gluon_bwd_check import check_gluon_bwd
+    from kernel.gluon_bwd_config import GluonBwdConfig
+
+    failed = 0
+    for d, causal, b, h, n_q, n_k, knobs in SMOKE_CASES:
+        knobs = {**knobs, **extra}
+        if GluonBwdConfig(**knobs).problems(d):
+            continue
+        q, dout = (torch.randn(b, h, n_q, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(b, h, n_k, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        case = dict(D=d, causal=causal, shape=[b, h, n_q, n_k], knobs=knobs)
+        try:
+            verdict, _ = check_gluon_bwd(q, k, v, dout, causal, knobs)
+            case.update(ok=verdict.ok, reason=verdict.reason)
+        except Exception as exc:  # reported: the caller decides
+            case.update(ok=False, reason=_first_line(exc))
+            _settle()
+        failed += not case["ok"]
+        print(json.dumps(case), flush=True)
+    return int(failed > 0)
+
+
+def _gluon_calls(sets, causal: bool, knobs: dict) -> list:
+    from kernel.flash_bwd_gluon import flash_attn_bwd_gluon
+
+    return [lambda s=s: flash_attn_bwd_gluon(s["q"], s["k"], s["v"], s["out"], s["lse"], s["dout"], causal, **knobs)
+            for s in sets]
+
+
+def _triton_calls(sets, causal: bool) -> list:
+    from kernel import flash_attn_bwd
+
+    return [lambda s=s: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal) for s in sets]
+
+
+def _try_knobs(sets, causal: bool, text: str, flops: float, refs) -> dict:
+    """One knob set: checked on the first input set, then timed."""
+    from kernel.flash_bwd_gluon import config_from
+    from kernel.gluon_bwd_check import check_gluon_bwd
+    from kernel.timing import gpu_time
+
+    entry = dict(knobs=text or "default")
+    try:
+        knobs = parse_knobs(text)
+        entry["config"] = config_from(sets[0]["q"].shape[-1], causal, knobs).key()
+        s = sets[0]
+        verdict, _ = check_gluon_bwd(s["q"], s["k"], s["v"], s["dout"], causal, knobs, (s["out"], s["lse"]), refs)
+        entry.update(errors=list(verdict.errors), bounds=list(verdict.bounds), ok=verdict.ok)
+        if not verdict.ok:
+            entry["failed"] = f"incorrect: {verdict.reason}"
+            return entry
+        timing = gpu_time(_gluon_calls(sets, causal, knobs))
+        entry.update(ms=timing.ms, tflops=flops / timing.ms * 1e-9, timer=timing.method)
+    except Exception as exc:  # noqa: BLE001 (a knob set the compiler or launcher refuses is a result)
+        entry["failed"] = _first_line(exc)
+        _settle()
+    return entry
+
+
+def bench_shape(batch: int, heads: int, n: int, head_dim: int, causal: bool, knob_sets: list[str]) -> dict:
+    """SDPA's backward, the Triton backward's default call, then each Gluon knob set, on one shape."""
+    from benchmarks.bwd import make_sets
+    from kernel.gluon_bwd_check import references
+    from kernel.timing import gpu_time, time_backends
+    from tuner.kernels.triton_bwd import KERNEL as BACKWARD
+    from tuner.problem import Problem
+
+    problem = Problem(batch=batch, heads=heads, n_q=n, n_k=n, head_dim=head_dim, dtype="bf16", causal=causal)
+    sets = make_sets(problem)
+    flops = BACKWARD.flops(problem)
+    row = dict(B=batch, H=heads, N=n, D=head_dim, causal=causal, input_sets=len(sets))
+    for backend, result in time_backends(BACKWARD.baselines(sets, problem), host=False).items():
+        row[f"{backend}_ms"] = result["ms"]
+    try:
+        row["triton_ms"] = gpu_time(_triton_calls(sets, causal)).ms
+    except Exception as exc:  # noqa: BLE001
+        row["triton_ms"], row["triton_failed"] = None, _first_line(exc)
+        _settle()
+    s = sets[0]
+    refs = references(s["q"], s["k"], s["v"], s["dout"], causal)
+    row["tried"] = [_try_knobs(sets, causal, text, flops, refs) for text in knob_sets]
+    del refs
+    timed = [e for e in row["tried"] if "ms" in e]
+    best = min(timed, key=lambda e: e["ms"]) if timed else None
+    row.update(best=best["knobs"] if best else None, gluon_ms=best["ms"] if best else None)
+    for name in ("triton", "flash", "cudnn"):
+        ms = row.get(f"{name}_ms")
+        row[f"vs_{name}"] = ms / row["gluon_ms"] if ms and best else None
+        row[f"{name}_tflops"] = flops / ms * 1e-9 if ms else None
+    row["gluon_tflops"] = best["tflops"] if best else None
+    return row
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(rows: list[dict], env: dict) -> str:
+    from kernel.timing import environment_line
+
+    lines = [environment_line(env), "",
+             "| D | causal | best knobs | Gluon ms | TFLOP/s | Triton ms | flash ms | cuDNN ms | x Triton | x flash "
+             "| x cuDNN |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        others = ("triton", "flash", "cudnn")
+        cells = [str(r["D"]), "yes" if r["causal"] else "no", r["best"] or "none", _fmt(r["gluon_ms"], ".4f"),
+                 _fmt(r["gluon_tflops"], ".0f")] + [_fmt(r[f"{name}_ms"], ".4f") for name in others]
+        cells += [_fmt(r[f"vs_{name}"], ".2f") for name in others]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _print_row(r: dict) -> None:
+    print(f"D={r['D']} causal={r['causal']}: Gluon {_fmt(r['gluon_ms'], '.4f')} ms ({r['best']}), Triton "
+          f"{_fmt(r['triton_ms'], '.4f')}, flash {_fmt(r['flash_ms'], '.4f')}, cuDNN {_fmt(r['cudnn_ms'], '.4f')}; "
+          f"x Triton {_fmt(r['vs_triton'], '.2f')}, x flash {_fmt(r['vs_flash'], '.2f')}, "
+          f"x cuDNN {_fmt(r['vs_cudnn'], '.2f')}", flush=True)
+    for e in r["tried"]:
+        verdict = ("correct" if e.get("ok") else "WRONG") if "ok" in e else "not checked"
+        errors = ", ".join(f"{n} {x:.2e}/{b:.2e}" for n, x, b in zip(("dq", "dk", "dv"), e.get("errors", []),
+                                                                     e.get("bounds", [])))
+        print(f"   [{e['knobs']}] {e.get('config', '')}: {_fmt(e.get('ms'), '.4f')} ms, {verdict} ({errors}) "
+              f"{e.get('failed', '')}", flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bwd_gluon", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--head-dim", type=int, action="append", help="64 and 128 by default (repeatable)")
+    parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    parser.add_argument("--n", type=int, default=SHAPE["n"], help="sequence length (default 4096)")
+    parser.add_argument("--knobs", default=";".join(DEFAULT_KNOBS),
+                        help="knob sets, ';'-separated, each 'name=value,...' (an empty set: the default)")
+    parser.add_argument("--smoke", action="store_true", help="only small checked calls (JSON lines)")
+    parser.add_argument("--smoke-knobs", default="", help="knobs for the smoke calls ('name=value,...')")
+    parser.add_argument("--json", help="write every row (every knob set tried) here")
+    parser.add_argument("--markdown", help="write the table here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("python -m benchmarks.bwd_gluon needs a CUDA GPU (an sm_90 H100/H200 with Triton 3.6). Without one, "
+              "run `pytest tests/test_gluon_bwd.py -m 'not gpu'` under Triton 3.6.", file=sys.stderr)
+        return 2
+    from kernel.flash_bwd_gluon import gluon_bwd_support
+
+    reason = gluon_bwd_support()
+    if reason is not None:
+        print(f"the Gluon backward cannot run here: {reason}", file=sys.stderr)
+        return 2
+    if args.smoke:
+        return smoke(parse_knobs(args.smoke_knobs))
+    from kernel.timing import environment, warm_gpu
+
+    knob_sets = [part.strip() for part in args.knobs.split(";")]
+    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    env = environment()
+    warm_gpu()
+    rows = []
+    for d in args.head_dim or [64, 128]:
+        for causal in masks:
+            rows.append(bench_shape(SHAPE["batch"], SHAPE["heads"], args.n, d, causal, knob_sets))
+            _print_row(rows[-1])
+    text = table(rows, env)
+    print(text)
+    write_report(args.markdown, text + "\n", args.json, {"env": env, "rows": rows}, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
