@@ -30,13 +30,13 @@ __all__ = ["GLUON_ROUTES", "ROUTE_MIN_FLOPS", "GluonPlan", "attention_work",
 # 1.03x at D=64, a tie: D=64 stays on the Triton kernel until a measurement says otherwise.
 GLUON_ROUTES: dict[tuple[int, bool], str] = {(128, False): "ws", (128, True): "ws"}
 
-# A routed call cost 164-252 µs of host time on the H200 through the Gluon JIT (its binder and tensor
-# descriptors), the Triton kernel's launch plan 17-26 µs (B4 H8 N512 D128, benchmarks.gluon,
-# docs/results/2026-12-01-h200-gluon.md). Below this much work (4·B·H·N_q·N_k·D FLOPs, halved when
-# causal: about 0.3 ms of GPU time) an eager call would wait on the host, so the Triton kernel runs.
-# Routed calls now launch through a plan (kernel.gluon_launch); `python -m benchmarks.gluon --host`
-# measures both paths' host µs, which is what this bound is to be set from. The one place to change it.
-ROUTE_MIN_FLOPS = 2e11
+# The least work (4·B·H·N_q·N_k·D FLOPs, halved when causal) a default call needs to take the route.
+# Through the Gluon JIT a routed call cost 164-252 µs of host time, so small calls stayed on Triton
+# (2e11). Through its launch plan (kernel.gluon_launch) a routed call costs 13-20 µs against the
+# Triton plan's 16-27 µs, and the Gluon kernel's GPU time is below the Triton kernel's at every
+# D=128 length measured (N 256-2048, B4 H8; `python -m benchmarks.gluon --host`, H200, 2026-12-01,
+# docs/results/2026-12-01-h200-gluon.md): no bound is left. The one place to set one again.
+ROUTE_MIN_FLOPS = 0.0
 
 
 def route_reason(device: torch.device) -> str | None:

@@ -191,6 +191,17 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
                /usr/bin/time -f "race sweep wall %e s" timeout 200 python3 -m tuner.sweep --gpu auto --study autotune_race_200 \
                --sampler grid --storage "sqlite:///$S/rs/race.db" --no-outputs --finalists 0 > "$S/racesweep.log" 2>&1
                echo "race sweep rc=$?"; grep -vE "^\[|^compiling|^SDPA" "$S/racesweep.log" | tail -8;;
+    gbwd) G=$W/gbwd; mkdir -p "$G"   # issue 22: the Gluon backward, first contact, then D=128 timed
+          timeout 150 python3 -m benchmarks.bwd_gluon --smoke > "$G/smoke1.log" 2>&1; echo "smoke rc=$?"; cat "$G/smoke1.log" | cut -c1-220
+          timeout 120 python3 -m benchmarks.bwd_gluon --smoke --smoke-knobs consumers=2 > "$G/smoke2.log" 2>&1
+          echo "smoke consumers=2 rc=$?"; cut -c1-220 "$G/smoke2.log"
+          timeout 200 python3 -m benchmarks.bwd_gluon --head-dim 128 --knobs ";consumers=2" --json "$G/g128.json" \
+            --markdown "$G/g128.md" > "$G/g128.log" 2>&1; echo "bwd_gluon D128 rc=$?"; tail -14 "$G/g128.log";;
+    gdefault) timeout 150 python3 -m benchmarks.gluon --variant ws --wide --markdown "$W/gdefault.md" > "$W/gdefault.log" 2>&1
+              echo "gluon default rc=$?"; tail -16 "$W/gdefault.log"
+              timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_route.py tests/test_defaults.py \
+                tests/test_gluon_bwd.py > "$W/groute.log" 2>&1; echo "route+bwd tests rc=$?"
+              grep -E "passed|failed|FAILED|ERROR" "$W/groute.log" | tail -8; grep -E "^E " "$W/groute.log" | head -6;;
     race) S=$W/speed; mkdir -p "$S"; /usr/bin/time -f "race wall %e s" timeout 480 python3 -m benchmarks.search speed \
             --markdown "$S/race.md" > "$S/race.log" 2>&1; echo "race rc=$?"; tail -16 "$S/race.log";;
     gpufinal) timeout ${TESTS_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_bad_kernel_inputs.py \

@@ -102,7 +102,7 @@ def routed(monkeypatch) -> list:
 
 
 def test_a_call_with_less_work_than_the_host_costs_keeps_triton(routed, monkeypatch):
-    """Below ROUTE_MIN_FLOPS (the Gluon launch's host cost) the Triton kernel runs; at it, Gluon."""
+    """Below ROUTE_MIN_FLOPS the Triton kernel runs; at it, Gluon (the bound is 0 today: every call)."""
     q, k, v = (torch.randn(1, 2, 64, 128, dtype=torch.float16) for _ in range(3))
     assert route.attention_work(q, k, False) == 4 * 2 * 64 * 64 * 128
     assert route.attention_work(q, k, True) == 2 * 2 * 64 * 64 * 128
@@ -111,7 +111,6 @@ def test_a_call_with_less_work_than_the_host_costs_keeps_triton(routed, monkeypa
     assert routed == []
     kernel.flash_attn_fwd(q, k, v, False)
     assert routed == [((1, 2, 64, 128), False, "ws")]
-    assert route.ROUTE_MIN_FLOPS > 0
 
 
 @pytest.mark.parametrize("head_dim", [16, 32, 64, 128, 256])
