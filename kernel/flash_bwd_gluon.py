@@ -22,10 +22,11 @@ import triton
 
 from kernel.checks import check_agreement, check_kinds
 from kernel.flash_bwd import PREPROCESS_BLOCK, bwd_dq_finish_kernel, bwd_preprocess_kernel
-from kernel.flash_fwd_gluon import GluonUnavailable, _capability_of, _sm_count, gluon_api_support, gluon_support
+from kernel.flash_fwd_gluon import GluonUnavailable, _capability_of, gluon_api_support, gluon_support
 from kernel.gluon_attention import gl
 from kernel.gluon_bwd_config import HEAD_DIMS, KEYS_PER_CONSUMER, GluonBwdConfig, default_gluon_bwd_config
 from kernel.gluon_checks import DTYPES, tma_strides
+from kernel.launch import sm_count
 
 LOG2E = 1.4426950408889634
 DQ_CHUNK = 64                 # dQ columns per wgmma and per reduce (a [block_m, 64] fp32 accumulator)
@@ -124,7 +125,7 @@ def launch_arguments(q, k, v, dout, dq_acc, dk, dv, lse, delta, config: GluonBwd
 def grid(config: GluonBwdConfig, batch_heads: int, n_k: int, device) -> tuple[int]:
     tiles = triton.cdiv(n_k, config.block_n) * batch_heads
     if config.persistent:
-        return (min(tiles, config.persistent * _sm_count(device.index)),)
+        return (min(tiles, config.persistent * sm_count(device)),)
     return (tiles,)
 
 
