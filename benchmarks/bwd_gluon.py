@@ -5,6 +5,7 @@
     python -m benchmarks.bwd_gluon --head-dim 128 --json out.json --markdown out.md
     python -m benchmarks.bwd_gluon --smoke                  # first contact: small checked calls, JSON lines
     python -m benchmarks.bwd_gluon --smoke --smoke-knobs consumers=2     # the same, with these knobs
+    python -m benchmarks.bwd_gluon --host                   # host µs per call at B4 H8 N512 (bwd_gluon_host.py)
 
 Each knob set (``;``-separated, each ``name=value,...`` of ``kernel.gluon_bwd_config.GluonBwdConfig``;
 an empty set is the default config) is first checked on one input set: dQ, dK and dV against
@@ -201,6 +202,8 @@ def main(argv=None) -> int:
                         help="knob sets, ';'-separated, each 'name=value,...' (an empty set: the default)")
     parser.add_argument("--smoke", action="store_true", help="only small checked calls (JSON lines)")
     parser.add_argument("--smoke-knobs", default="", help="knobs for the smoke calls ('name=value,...')")
+    parser.add_argument("--host", action="store_true", help="host µs per call of every path (bwd_gluon_host.py)")
+    parser.add_argument("--host-n", type=int, action="append", help="lengths of --host (default 512; repeatable)")
     parser.add_argument("--json", help="write every row (every knob set tried) here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args(argv)
@@ -216,10 +219,14 @@ def main(argv=None) -> int:
         return 2
     if args.smoke:
         return smoke(parse_knobs(args.smoke_knobs))
+    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    if args.host:
+        from benchmarks.bwd_gluon_host import run_host
+
+        return run_host(args.head_dim, masks, tuple(args.host_n or (512,)), args.markdown)
     from kernel.timing import environment, warm_gpu
 
     knob_sets = [part.strip() for part in args.knobs.split(";")]
-    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     env = environment()
     warm_gpu()
     rows = []

@@ -194,12 +194,12 @@ class _Unit:
         self.tail = tuple(value for _, value in constexprs)
         self.run = self.head = None
 
-    def __call__(self, tensors: dict[str, torch.Tensor], side: torch.cuda.Stream | None = None) -> None:
-        """Launch on the current stream, or on ``side``."""
+    def __call__(self, tensors: dict[str, torch.Tensor], side: torch.cuda.Stream | None = None, jit=False) -> None:
+        """Launch on the current stream, or on ``side``; through the JIT if ``jit``."""
         values = list(self.values)
         for slot in self.tensor_slots:
             values[slot] = tensors[values[slot]]
-        if self.run is None or current_device() != tensors["q"].device.index or hooks_busy():
+        if jit or self.run is None or current_device() != tensors["q"].device.index or hooks_busy():
             with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
                 self._launch_jit(values)      # first call, another device current, or a profiler's hooks
         else:

@@ -6,7 +6,8 @@ knobs in ``gluon_bwd_config.py``, the cross-compiler in ``gluon_bwd_compile.py``
 
 A call runs three kernels: ``kernel.flash_bwd``'s preprocess (delta = rowsum(dO * O), the
 fp32 dQ accumulator zeroed), the Gluon kernel, and ``kernel.flash_bwd``'s dQ conversion
-(scale and cast). The contract is ``kernel.flash_attn_bwd``'s for [B, H, N, D] tensors:
+(scale and cast); a launch plan per call signature launches them without the JITs after the
+first call (``gluon_bwd_launch.py``). The contract is ``kernel.flash_attn_bwd``'s for [B, H, N, D] tensors:
 bf16 or fp16, D 64 or 128, any N_q, N_k >= 0, causal top-left aligned, ``lse`` the forward's
 (natural log); on CUDA sm_90 under Triton 3.6 only (:class:`GluonUnavailable` elsewhere).
 Not wired into ``flash_attention`` or the tuner.
@@ -18,15 +19,15 @@ import math
 from dataclasses import replace
 
 import torch
-import triton
 
+from kernel.bwd_launch import _plan_key
 from kernel.checks import check_agreement, check_kinds
-from kernel.flash_bwd import PREPROCESS_BLOCK, bwd_dq_finish_kernel, bwd_preprocess_kernel
 from kernel.flash_fwd_gluon import GluonUnavailable, _capability_of, gluon_api_support, gluon_support
 from kernel.gluon_attention import gl
 from kernel.gluon_bwd_config import HEAD_DIMS, KEYS_PER_CONSUMER, GluonBwdConfig, default_gluon_bwd_config
+from kernel.gluon_bwd_launch import GluonBwdPlan
 from kernel.gluon_checks import DTYPES, tma_strides
-from kernel.launch import sm_count
+from kernel.launch import PLANS, cached_plan
 
 LOG2E = 1.4426950408889634
 DQ_CHUNK = 64                 # dQ columns per wgmma and per reduce (a [block_m, 64] fp32 accumulator)
@@ -122,11 +123,39 @@ def launch_arguments(q, k, v, dout, dq_acc, dk, dv, lse, delta, config: GluonBwd
     return bwd_gluon_kernel, args, constexprs, options
 
 
-def grid(config: GluonBwdConfig, batch_heads: int, n_k: int, device) -> tuple[int]:
-    tiles = triton.cdiv(n_k, config.block_n) * batch_heads
-    if config.persistent:
-        return (min(tiles, config.persistent * sm_count(device)),)
-    return (tiles,)
+GLUON_BACKWARD = "gluon-backward"    # the kernel slot of a backward plan's key
+# The knobs of flash_attn_bwd_gluon, in its order (a plan's key holds their values and types in it).
+KNOB_NAMES = ("block_m", "num_stages", "dq_bufs", "consumers", "persistent", "producer_regs", "consumer_regs")
+
+
+def checked_plan(q, k, v, out, lse, dout, causal, knobs: dict | None = None, grads=(None, None, None),
+                 **plan_options) -> GluonBwdPlan:
+    """Every check of a first call, then its :class:`~kernel.gluon_bwd_launch.GluonBwdPlan` (not kept:
+    :func:`plan_for` keeps it). ``plan_options``: the plan's ``direct`` and ``cache_maps``."""
+    reason = gluon_bwd_support(_capability_of(q))
+    if reason is not None:
+        raise GluonUnavailable(reason)
+    check_bwd_inputs(q, k, v, out, lse, dout, causal, grads)
+    config = config_from(q.shape[-1], causal, knobs or {})
+    return GluonBwdPlan(q, k, v, out, lse, dout, causal, config, grads, launch_arguments, **plan_options)
+
+
+def plan_for(q, k, v, out, lse, dout, causal, knobs: dict, grads=(None, None, None)) -> GluonBwdPlan:
+    """The plan kept for this call signature, made (and every input checked) on first sight.
+
+    The key is ``kernel.bwd_launch``'s (each tensor's shape, strides, dtype, device and pointer
+    alignment; the gradients given) with causal and the knobs as given, their types too, so a call is
+    taken or refused as it would be on first sight (``causal=1`` or ``persistent=1.0`` never find
+    the plan of ``True`` or ``1``).
+    """
+    given = (causal, *knobs.values())
+    try:
+        key = _plan_key((GLUON_BACKWARD, given, tuple(map(type, given))), causal, (q, k, v, out, lse, dout, *grads))
+        plan = PLANS.get(key)
+    except (AttributeError, TypeError):       # not tensors, or an unhashable knob: the checks say what is wrong
+        key = plan = None
+    return plan if plan is not None else cached_plan(key, lambda: checked_plan(q, k, v, out, lse, dout, causal, knobs,
+                                                                                 grads))
 
 
 # ---------------------------------------------------------------------------------- launcher
@@ -141,6 +170,9 @@ def flash_attn_bwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out:
                          dv: torch.Tensor | None = None):
     """Gradients of ``out = attention(q, k, v)`` given ``dout``: ``kernel.flash_attn_bwd``'s contract.
 
+    A launch plan per call signature (:func:`plan_for`): the first call checks everything and
+    compiles through the JITs, later ones launch the compiled kernels directly.
+
     Args:
         q: [B, H, N_q, D] float16 or bfloat16, D = 64 or 128, on an sm_90 GPU; k, v [B, H, N_k, D].
             Read by TMA: 16-byte aligned starts and strides, a unit last stride.
@@ -149,7 +181,8 @@ def flash_attn_bwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out:
         causal: key j is seen by query i when j <= i (top-left aligned).
         block_m, num_stages, dq_bufs, consumers, persistent, producer_regs, consumer_regs: the knobs of
             :class:`GluonBwdConfig`; unset ones take :func:`default_gluon_bwd_config`'s.
-        dq, dk, dv: optional preallocated gradients (contiguous, like q, k and v).
+        dq, dk, dv: optional preallocated gradients (contiguous, like q, k and v), sharing no memory
+            with the inputs or each other.
 
     Returns:
         ``(dq, dk, dv)``.
@@ -158,44 +191,18 @@ def flash_attn_bwd_gluon(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out:
         GluonUnavailable: this Triton or device cannot run it (:func:`gluon_bwd_support`).
         TypeError, ValueError: a bad input or config; the message names it.
     """
-    reason = gluon_bwd_support(_capability_of(q))
-    if reason is not None:
-        raise GluonUnavailable(reason)
-    check_bwd_inputs(q, k, v, out, lse, dout, causal, (dq, dk, dv))
-    knobs = dict(block_m=block_m, num_stages=num_stages, dq_bufs=dq_bufs, consumers=consumers, persistent=persistent,
-                 producer_regs=producer_regs, consumer_regs=consumer_regs)
-    config = config_from(q.shape[-1], causal, knobs)
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format) if dq is None else dq
-    dk = torch.empty_like(k, memory_format=torch.contiguous_format) if dk is None else dk
-    dv = torch.empty_like(v, memory_format=torch.contiguous_format) if dv is None else dv
-    batch, heads, n_q, head_dim = q.shape
-    n_k = k.shape[2]
-    if n_k == 0:
-        dq.zero_()
-    if n_q == 0:
-        dk.zero_()
-        dv.zero_()
-    if batch * heads * n_q * n_k == 0:
-        return dq, dk, dv
-    with torch.cuda.device(q.device):
-        _launch(q, k, v, out, lse, dout, dq, dk, dv, config, causal)
-    return dq, dk, dv
+    knobs = dict(zip(KNOB_NAMES, (block_m, num_stages, dq_bufs, consumers, persistent, producer_regs, consumer_regs)))
+    grads = (dq, dk, dv)
+    return plan_for(q, k, v, out, lse, dout, causal, knobs, grads)(q, k, v, out, lse, dout, *grads)
 
 
-def _launch(q, k, v, out, lse, dout, dq, dk, dv, config: GluonBwdConfig, causal: bool) -> None:
-    batch, heads, n_q, head_dim = q.shape
-    bh = batch * heads
-    delta = torch.empty(bh * n_q, dtype=torch.float32, device=q.device)
-    dq_acc = torch.empty(batch, heads, n_q, head_dim, dtype=torch.float32, device=q.device)
-    rows = (triton.cdiv(n_q, PREPROCESS_BLOCK), bh)
-    small = dict(num_warps=4, num_stages=1)
-    bwd_preprocess_kernel[rows](out, dout, delta, dq_acc, *out.stride()[:3], *dout.stride()[:3], heads, n_q,
-                                HEAD_DIM=head_dim, BLOCK=PREPROCESS_BLOCK, ZERO_DQ=True, **small)
-    kernel, args, constexprs, options = launch_arguments(q, k, v, dout, dq_acc, dk, dv, lse, delta, config, causal)
-    kernel[grid(config, bh, k.shape[2], q.device)](*args, **constexprs, **options)
-    bwd_dq_finish_kernel[rows](dq_acc, dq, *dq.stride()[:3], heads, n_q, 1.0 / math.sqrt(head_dim),
-                               HEAD_DIM=head_dim, BLOCK=PREPROCESS_BLOCK, **small)
+def flash_attn_bwd_gluon_jit(q, k, v, out, lse, dout, causal: bool = False, *, dq=None, dk=None, dv=None, **knobs):
+    """:func:`flash_attn_bwd_gluon` as it was before launch plans: every call checks everything and
+    launches the three kernels through their JITs. The reference of the plan's tests, and the benchmark's baseline."""
+    grads = (dq, dk, dv)
+    return checked_plan(q, k, v, out, lse, dout, causal, knobs, grads, direct=False)(q, k, v, out, lse, dout, *grads)
 
 
 __all__ = ["GluonBwdConfig", "GluonUnavailable", "check_bwd_inputs", "default_gluon_bwd_config",
-           "flash_attn_bwd_gluon", "gluon_api_support", "gluon_bwd_support", "launch_arguments"]
+           "flash_attn_bwd_gluon", "flash_attn_bwd_gluon_jit", "gluon_api_support", "gluon_bwd_support",
+           "launch_arguments", "plan_for"]

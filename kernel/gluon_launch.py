@@ -49,8 +49,8 @@ from kernel.gluon_config import GluonConfig
 from kernel.launch import current_device, current_stream, direct_runner, hooks_busy, sm_count
 from kernel.overlap import OverlapCheck
 
-__all__ = ["DESCRIPTOR_ARGS", "MAP_LIMIT", "DescriptorArgs", "DescriptorTemplate", "GluonLaunchPlan", "grid_for",
-           "unwrap_descriptor_launch"]
+__all__ = ["DESCRIPTOR_ARGS", "MAP_LIMIT", "DescriptorArgs", "DescriptorTemplate", "GluonLaunchPlan", "direct_parts",
+           "grid_for", "on_device", "unwrap_descriptor_launch"]
 
 # The kernels' first parameters: the four host descriptors, then the lse pointer.
 DESCRIPTOR_ARGS = ("q_desc", "k_desc", "v_desc", "o_desc")
@@ -65,14 +65,15 @@ def grid_for(config: GluonConfig, batch_heads: int, n_q: int, device: torch.devi
     return tiles, 1, 1
 
 
-def unwrap_descriptor_launch(launch) -> tuple | None:
+def unwrap_descriptor_launch(launch, count: int = len(DESCRIPTOR_ARGS)) -> tuple | None:
     """(C entry point, expand, per-descriptor metadata) under Triton 3.6's descriptor wrapper, else None.
 
     ``launch`` is the ``CudaLauncher.launch`` of a kernel with host descriptors: in 3.6 the closure
     ``inner`` of ``wrap_handle_tensordesc`` over ``launcher`` (the C entry point),
-    ``tensordesc_indices`` and ``tensordesc_meta``, calling ``make_tensordesc_arg`` of its module.
-    Found by those names, so another Triton's wrapper (or a descriptor without metadata, whose
-    expansion would hold the tensor) gives None.
+    ``tensordesc_indices`` and ``tensordesc_meta``, calling ``make_tensordesc_arg`` of its module;
+    the kernel's first ``count`` parameters are its descriptors, and no other. Found by those names,
+    so another Triton's wrapper (or a descriptor without metadata, whose expansion would hold the
+    tensor) gives None.
     """
     code, closure = getattr(launch, "__code__", None), getattr(launch, "__closure__", None)
     if code is None or not closure:
@@ -83,8 +84,8 @@ def unwrap_descriptor_launch(launch) -> tuple | None:
         return None
     expand = getattr(launch, "__globals__", {}).get("make_tensordesc_arg")
     entry, indices, meta = cells.get("launcher"), cells.get("tensordesc_indices"), cells.get("tensordesc_meta")
-    if (expand is None or entry is None or indices != set(range(len(DESCRIPTOR_ARGS))) or not meta
-            or len(meta) != len(DESCRIPTOR_ARGS) or any(m is None for m in meta)):
+    if (expand is None or entry is None or indices != set(range(count)) or not meta
+            or len(meta) != count or any(m is None for m in meta)):
         return None
     return entry, expand, tuple(meta)
 
@@ -128,7 +129,37 @@ class DescriptorArgs:
         return found
 
 
-def _on_device(device: torch.device):
+def direct_parts(kernel, compiled, args, constexprs: dict, descriptors: tuple, pointers: tuple, *,
+                 cache_maps: bool = True, unsqueeze: bool = False) -> tuple | None:
+    """What direct launches of ``compiled`` (the JIT's launch of ``kernel`` with ``args`` and
+    ``constexprs``) need: ``(run, head, templates, maps, tail)``, or None for a kernel whose parameters
+    do not start with ``descriptors`` then ``pointers`` (it stays on the JIT).
+
+    ``run(gx, gy, gz, stream, *head, *descriptor arguments, *pointers, *tail)`` launches it: with
+    ``maps`` (a :class:`DescriptorArgs` per descriptor, under Triton 3.6's wrapper and ``cache_maps``)
+    ``run`` is the C entry point under the wrapper and each descriptor's arguments are ``maps[i](t)``;
+    without, ``run`` is :func:`kernel.launch.direct_runner`'s and each descriptor is
+    ``templates[i].build(t)``. ``tail``: the JIT's arguments after the pointers, constexprs included,
+    in signature order (its ``bound_args.values()``).
+    """
+    names = list(kernel.arg_names)
+    given = dict(zip(names, args)) | constexprs
+    lead = (*descriptors, *pointers)
+    if tuple(names[:len(lead)]) != lead or len(args) + len(constexprs) != len(names) or set(given) != set(names):
+        return None
+    bound = [given[name] for name in names]          # the JIT's bound_args.values()
+    templates = tuple(DescriptorTemplate(descriptor) for descriptor in bound[:len(descriptors)])
+    run, head = direct_runner(compiled)
+    unwrapped = (unwrap_descriptor_launch(run, len(descriptors))
+                 if cache_maps and run is getattr(compiled.run, "launch", None) else None)
+    maps = ()
+    if unwrapped is not None:
+        run, expand, metas = unwrapped
+        maps = tuple(DescriptorArgs(template, meta, expand, unsqueeze) for template, meta in zip(templates, metas))
+    return run, head, templates, maps, tuple(bound[len(lead):])
+
+
+def on_device(device: torch.device):
     """The JIT compiles for, and launches on, the current device: make it the tensors'."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
@@ -209,30 +240,19 @@ class GluonLaunchPlan:
         """Launch through the Gluon JIT, then keep its compiled kernel for direct launches."""
         views = [t.unsqueeze(1) if self.unsqueeze else t for t in (q, k, v, out)]
         kernel, args, constexprs, options = self.arguments(*views, lse, self.config, self.causal)
-        with _on_device(self.device):
+        with on_device(self.device):
             compiled = kernel[self.grid](*args, **constexprs, **options)
         if self.direct and self.compiled is None and getattr(compiled, "function", None) is not None:
             self._adopt(kernel, compiled, args, constexprs)
 
     def _adopt(self, kernel, compiled, args, constexprs) -> None:
-        """Keep what a direct launch of ``compiled`` needs: its runner and the JIT's argument list but
-        the tensors. A kernel whose parameters are not the ones described stays on the JIT."""
-        names = list(kernel.arg_names)
-        given = dict(zip(names, args)) | constexprs
-        if tuple(names[:5]) != (*DESCRIPTOR_ARGS, "LSE") or len(args) + len(constexprs) != len(names) or (
-                set(given) != set(names)):
-            return
-        bound = [given[name] for name in names]          # the JIT's bound_args.values()
-        templates = tuple(DescriptorTemplate(descriptor) for descriptor in bound[:4])
-        run, head = direct_runner(compiled)
-        unwrapped = (unwrap_descriptor_launch(run) if self.cache_maps and run is getattr(compiled.run, "launch", None)
-                     else None)
-        if unwrapped is not None:
-            run, expand, metas = unwrapped
-            self._maps = tuple(DescriptorArgs(template, meta, expand, self.unsqueeze)
-                               for template, meta in zip(templates, metas))
-        self._templates, self._head, self._scalars = templates, head, tuple(bound[5:])
-        self.compiled, self._run, self.mode = compiled, run, "maps" if self._maps else "descriptors"
+        """Keep what a direct launch of ``compiled`` needs (:func:`direct_parts`): its runner and the JIT's
+        argument list but the tensors. A kernel whose parameters are not the ones described stays on the JIT."""
+        parts = direct_parts(kernel, compiled, args, constexprs, DESCRIPTOR_ARGS, ("LSE",), cache_maps=self.cache_maps,
+                             unsqueeze=self.unsqueeze)
+        if parts is not None:
+            run, self._head, self._templates, self._maps, self._scalars = parts
+            self.compiled, self._run, self.mode = compiled, run, "maps" if self._maps else "descriptors"
 
     def __repr__(self) -> str:
         return f"GluonLaunchPlan({self.config}, causal={self.causal}, grid={self.grid}, mode={self.mode})"
