@@ -16,6 +16,13 @@ mode ``"descriptors"``). Per call, as in the Triton plans: the given gradients c
 inputs' memory (:class:`kernel.overlap.OverlapCheck`), the gradients not given, delta and the dQ
 accumulator allocated. A profiler's launch hooks or another current device send the whole call
 through the JITs (on the tensors' device); ``direct=False`` always does (the reference path).
+
+On a CPU, with Triton 3.6's JITs and launcher wrapper over the recording driver of
+``tests/gluon_fake_driver.py`` (no map encoding, no C launch; bf16 B4 H8 N512 D128 causal,
+gradients given), a call's Python cost about 300-350 µs through the JITs, 8-9 µs through the plan
+once its maps are kept (the dQ accumulator's pointer repeating, as the caching allocator gives it),
+18 µs with ``plan_for``'s key (9 tensors) around it. ``python -m benchmarks.bwd_gluon --host``
+measures it on a GPU.
 """
 
 from __future__ import annotations
