@@ -10,6 +10,7 @@ work on any kernel through it.
 Modules:
     ``triton_fwd``: the Triton forward, ``kernel.flash_attn_fwd`` (name "triton", pass "fwd").
     ``gluon_fwd``: the Gluon forward for Hopper, ``flash_attn_fwd_gluon(variant="ws")`` (name "gluon_fwd").
+    ``gluon_bwd``: the Gluon backward for Hopper, ``flash_attn_bwd_gluon`` (name "gluon_bwd", pass "bwd").
     ``_attention``: what every attention forward shares (inputs, reference, SDPA, FLOPs).
     ``_triton``: what every Triton kernel shares (the JIT's specialisation, Triton's features).
     ``_registry``: :func:`get` by name and pass (or a user's module path), :func:`kernel_of` a config.

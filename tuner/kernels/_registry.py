@@ -6,6 +6,7 @@ import importlib
 import sys
 
 from tuner.kernels._base import TunableKernel
+from tuner.kernels.gluon_bwd import KERNEL as GLUON_BWD_KERNEL
 from tuner.kernels.gluon_fwd import KERNEL as GLUON_KERNEL
 from tuner.kernels.triton_bwd import KERNELS as BWD_KERNELS
 from tuner.kernels.triton_fwd import KERNEL as FWD_KERNEL
@@ -15,7 +16,7 @@ __all__ = ["DEFAULT_KERNEL", "DEFAULT_PASS", "KernelNotFound", "get", "kernel_of
 DEFAULT_KERNEL, DEFAULT_PASS = "triton", "fwd"
 # (kernel name, pass) -> kernel: the built-in kernels, then every user module loaded so far.
 _KERNELS: dict[tuple[str, str], TunableKernel] = {(k.name, k.pass_): k for k in (FWD_KERNEL, *BWD_KERNELS,
-                                                                                    GLUON_KERNEL)}
+                                                                                    GLUON_KERNEL, GLUON_BWD_KERNEL)}
 
 
 class KernelNotFound(LookupError):
