@@ -10,7 +10,7 @@ fp32 dQ accumulator zeroed), the Gluon kernel, and ``kernel.flash_bwd``'s dQ con
 first call (``gluon_bwd_launch.py``). The contract is ``kernel.flash_attn_bwd``'s for [B, H, N, D] tensors:
 bf16 or fp16, D 64 or 128, any N_q, N_k >= 0, causal top-left aligned, ``lse`` the forward's
 (natural log); on CUDA sm_90 under Triton 3.6 only (:class:`GluonUnavailable` elsewhere).
-Not wired into ``flash_attention`` yet; the tuner sweeps it as the kernel ``gluon_bwd`` (``tuner/kernels/gluon_bwd.py``).
+Not wired into ``flash_attention`` yet; the tuner sweeps it as the kernel ``gluon_bwd``.
 """
 
 from __future__ import annotations
