@@ -304,5 +304,6 @@ def test_a_tpe_batch_fills_two_waves_of_the_compile_pool(monkeypatch):
     assert pool_sizes("grid", 1, race, hopper, hopper) == (14, 14)
     assert pool_sizes("grid", 1, race, hopper, hopper, 30)[0] == 30
     assert pool_sizes("tpe", 1, study, ada, hopper, jobs=3, batch=5) == (5, 3)     # the user's
+    assert pool_sizes("tpe", 1, study, hopper, hopper, jobs=60) == (16, 60)        # TPE still learns: 16 at most
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert pool_sizes("tpe", 1, study, ada, hopper) == (4, 2) and pool_sizes("tpe", 3, study, ada, hopper)[0] == 6
