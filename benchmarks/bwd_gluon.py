@@ -11,9 +11,10 @@ Each knob set (``;``-separated, each ``name=value,...`` of ``kernel.gluon_bwd_co
 an empty set is the default config) is first checked on one input set: dQ, dK and dV against
 float32 autograd through the math, within 3x PyTorch's own bf16 error (``kernel.gluon_bwd_check``,
 NaN-filled gradients). A knob set that fails to compile, raises or is wrong is reported with
-its error and skipped, and the run goes on. Times: CUDA-graph replay over input sets that do not
-fit in L2 (``kernel.timing.gpu_time``), as ``benchmarks.bwd``: ours-Gluon, ours-Triton (the
-default call ``kernel.flash_attn_bwd``), SDPA-flash's and SDPA-cuDNN's backward (autograd.grad).
+its error and skipped, and the run goes on. Times: every candidate of a shape in 5 rounds that
+measure each once, the order rotating (``kernel.retime.time_together``: CUDA-graph replay over
+input sets that do not fit in L2), the median of its rounds: ours-Gluon (each knob set), ours-Triton
+(the default call ``kernel.flash_attn_bwd``), SDPA-flash's and SDPA-cuDNN's backward (autograd.grad).
 TFLOP/s counts 2.5x the forward's FLOPs. Exits 2 without a GPU.
 """
 
@@ -102,11 +103,10 @@ def _triton_calls(sets, causal: bool) -> list:
     return [lambda s=s: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal) for s in sets]
 
 
-def _try_knobs(sets, causal: bool, text: str, flops: float, refs) -> dict:
-    """One knob set: checked on the first input set, then timed."""
+def _try_knobs(sets, causal: bool, text: str, refs) -> tuple[dict, list | None]:
+    """One knob set checked on the first input set: (its entry, its calls to time, or None)."""
     from kernel.flash_bwd_gluon import config_from
     from kernel.gluon_bwd_check import check_gluon_bwd
-    from kernel.timing import gpu_time
 
     entry = dict(knobs=text or "default")
     try:
@@ -117,20 +117,39 @@ def _try_knobs(sets, causal: bool, text: str, flops: float, refs) -> dict:
         entry.update(errors=list(verdict.errors), bounds=list(verdict.bounds), ok=verdict.ok)
         if not verdict.ok:
             entry["failed"] = f"incorrect: {verdict.reason}"
-            return entry
-        timing = gpu_time(_gluon_calls(sets, causal, knobs))
-        entry.update(ms=timing.ms, tflops=flops / timing.ms * 1e-9, timer=timing.method)
+            return entry, None
+        return entry, _gluon_calls(sets, causal, knobs)
     except Exception as exc:  # noqa: BLE001 (a knob set the compiler or launcher refuses is a result)
         entry["failed"] = _first_line(exc)
         _settle()
-    return entry
+    return entry, None
+
+
+def _candidates(sets, problem, causal: bool) -> tuple[dict, dict, dict]:
+    """(name -> calls, name -> SDPA pin, notes): SDPA's backends and the Triton backward's default call."""
+    from kernel.timing import runs
+    from tuner.kernels.triton_bwd import KERNEL as BACKWARD
+
+    calls, pins, notes = {}, {}, {}
+    for backend, pinned in BACKWARD.baselines(sets, problem).items():
+        if runs(pinned):
+            pins[backend], calls[backend] = pinned
+    try:
+        calls["triton"] = _triton_calls(sets, causal)
+        calls["triton"][0]()
+    except Exception as exc:  # noqa: BLE001
+        calls.pop("triton", None)
+        notes["triton_failed"] = _first_line(exc)
+        _settle()
+    return calls, pins, notes
 
 
 def bench_shape(batch: int, heads: int, n: int, head_dim: int, causal: bool, knob_sets: list[str]) -> dict:
-    """SDPA's backward, the Triton backward's default call, then each Gluon knob set, on one shape."""
+    """SDPA's backward, the Triton backward's default call and each Gluon knob set (checked first) on
+    one shape, timed together in rotating rounds (:func:`kernel.retime.time_together`)."""
     from benchmarks.bwd import make_sets
     from kernel.gluon_bwd_check import references
-    from kernel.timing import gpu_time, time_backends
+    from kernel.retime import time_together
     from tuner.kernels.triton_bwd import KERNEL as BACKWARD
     from tuner.problem import Problem
 
@@ -138,24 +157,31 @@ def bench_shape(batch: int, heads: int, n: int, head_dim: int, causal: bool, kno
     sets = make_sets(problem)
     flops = BACKWARD.flops(problem)
     row = dict(B=batch, H=heads, N=n, D=head_dim, causal=causal, input_sets=len(sets))
-    for backend, result in time_backends(BACKWARD.baselines(sets, problem), host=False).items():
-        row[f"{backend}_ms"] = result["ms"]
-    try:
-        row["triton_ms"] = gpu_time(_triton_calls(sets, causal)).ms
-    except Exception as exc:  # noqa: BLE001
-        row["triton_ms"], row["triton_failed"] = None, _first_line(exc)
-        _settle()
+    calls, pins, notes = _candidates(sets, problem, causal)
+    row.update(notes)
     s = sets[0]
     refs = references(s["q"], s["k"], s["v"], s["dout"], causal)
-    row["tried"] = [_try_knobs(sets, causal, text, flops, refs) for text in knob_sets]
+    row["tried"] = []
+    for text in knob_sets:
+        entry, gluon = _try_knobs(sets, causal, text, refs)
+        row["tried"].append(entry)
+        if gluon is not None:
+            calls[f"gluon:{entry['knobs']}"] = gluon
     del refs
+    ms = time_together(calls, pins)
+    for entry in row["tried"]:
+        if f"gluon:{entry['knobs']}" in ms:
+            entry.update(ms=ms[f"gluon:{entry['knobs']}"], timer="cuda_graph rounds")
+            entry["tflops"] = flops / entry["ms"] * 1e-9
+    for name in ("triton", "flash", "cudnn"):
+        row[f"{name}_ms"] = ms.get(name)
     timed = [e for e in row["tried"] if "ms" in e]
     best = min(timed, key=lambda e: e["ms"]) if timed else None
     row.update(best=best["knobs"] if best else None, gluon_ms=best["ms"] if best else None)
     for name in ("triton", "flash", "cudnn"):
-        ms = row.get(f"{name}_ms")
-        row[f"vs_{name}"] = ms / row["gluon_ms"] if ms and best else None
-        row[f"{name}_tflops"] = flops / ms * 1e-9 if ms else None
+        value = row.get(f"{name}_ms")
+        row[f"vs_{name}"] = value / row["gluon_ms"] if value and best else None
+        row[f"{name}_tflops"] = flops / value * 1e-9 if value else None
     row["gluon_tflops"] = best["tflops"] if best else None
     return row
 

@@ -7,8 +7,9 @@
     python -m benchmarks.gluon --variant ws --wide   # and the issue's long shapes (WIDE_CASES)
     python -m benchmarks.gluon --host                # host µs of every launch path at N512 (gluon_host.py)
 
-Times come from :func:`kernel.timing.gpu_time` (CUDA-graph replay over input sets that do
-not fit in L2, as ``kernel.bench``). Baselines in the same run: the Triton kernel at its
+Times: each shape's candidates in 5 rounds that measure every one of them once, the order
+rotating (:func:`kernel.retime.time_together`: CUDA-graph replay over input sets that do not fit in L2, each
+graph captured once), the median of its rounds. Baselines in the same run: the Triton kernel at its
 default config (``triton``, named explicitly), the default call ``flash_attn_fwd(q, k, v,
 causal)`` (``default``: the Gluon kernel where ``kernel.gluon_route`` routes it), SDPA's
 flash and cuDNN backends. Before a variant is timed its output is checked against
@@ -27,6 +28,7 @@ import torch
 
 from benchmarks._report import write_report
 from kernel.flash_fwd_gluon import VARIANTS, default_gluon_config, flash_attn_fwd_gluon, gluon_support
+from kernel.retime import time_together
 
 SHAPE = dict(batch=4, heads=8, n=4096)
 # The issue's other shapes (B, H, N, D, causal), timed with --wide after the B4 H8 N4096 ones.
@@ -136,12 +138,6 @@ def _settle() -> None:
         torch.cuda.synchronize()
 
 
-def _time(calls) -> float:
-    from kernel.timing import gpu_time
-
-    return gpu_time(calls).ms
-
-
 def make_sets(batch: int, heads: int, n: int, head_dim: int, dtype) -> list[tuple]:
     """(q, k, v, out, lse) sets, as many as keep the timed loop out of L2."""
     from kernel.timing import input_sets
@@ -161,15 +157,20 @@ def set_calls(sets: list[tuple], causal: bool, config: dict) -> list:
     return [lambda s=s: flash_attn_fwd(s[0], s[1], s[2], causal, **config, out=s[3], lse=s[4]) for s in sets]
 
 
-def _baselines(row: dict, sets: list[tuple], head_dim: int, causal: bool) -> None:
-    """The Triton kernel at its default config (named, so the route cannot take it) and the default call."""
+def _baselines(row: dict, sets: list[tuple], head_dim: int, causal: bool) -> dict:
+    """Calls of the Triton kernel at its default config (named, so the route cannot take it) and of
+    the default call, each run once (a failure leaves its ratio n/a, not the run dead)."""
     from kernel import default_config
 
+    calls = {}
     for name, config in (("triton", default_config(head_dim, causal)), ("default", {})):
         try:
-            row["ms"][name] = _time(set_calls(sets, causal, config))
-        except Exception as exc:  # the baseline missing leaves its ratio n/a, not the run dead
+            calls[name] = set_calls(sets, causal, config)
+            calls[name][0]()
+        except Exception as exc:  # noted in the table
+            calls.pop(name, None)
             row["notes"][name] = _first_line(exc)
+    return calls
 
 
 HOST_N = 512        # a length at which the GPU keeps up with the host, so host µs show
@@ -194,14 +195,15 @@ def host_costs(head_dim: int, causal: bool) -> dict:
 
 def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shape: dict = SHAPE) -> dict:
     """Times of every variant, flash_attn_fwd and SDPA on one shape; failures as notes."""
-    from kernel.timing import attention_flops, time_sdpa
+    from kernel.timing import attention_flops, runs, sdpa_backends
 
     sets = make_sets(shape["batch"], shape["heads"], shape["n"], head_dim, dtype)
     reference = _reference(*sets[0][:3], causal)
     row = dict(D=head_dim, causal=causal, ms={}, notes={}, shape=dict(shape))
-    _baselines(row, sets, head_dim, causal)
-    for name, result in time_sdpa([s[:3] for s in sets], causal, host=False).items():
-        row["ms"][f"sdpa_{name}"] = result["ms"]
+    calls, pins = _baselines(row, sets, head_dim, causal), {}
+    for name, pinned in sdpa_backends([s[:3] for s in sets], causal).items():
+        if runs(pinned):
+            pins[f"sdpa_{name}"], calls[f"sdpa_{name}"] = pinned
     for name in variants:
         variant, overrides = CANDIDATES[name]
         config = asdict(default_gluon_config(head_dim, causal, variant)) | overrides
@@ -214,11 +216,12 @@ def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shap
             wrong = check_against_sdpa(sets[0][3], sets[0][4], reference)
             if wrong:
                 raise AssertionError(wrong)
-            row["ms"][name] = _time([lambda s=s, call=call: call(s) for s in sets])
+            calls[name] = [lambda s=s, call=call: call(s) for s in sets]
         except Exception as exc:  # reported and skipped: the other variants still run
             _settle()
             row["notes"][name] = _first_line(exc)
             print(f"  D={head_dim} causal={causal} {name}: skipped, {row['notes'][name]}", file=sys.stderr)
+    row["ms"] = time_together(calls, pins)       # kernel.retime: the shape's candidates in the same rounds
     if shape == SHAPE:
         row["host_us"] = host_costs(head_dim, causal)
     flops = attention_flops(shape["batch"], shape["heads"], shape["n"], shape["n"], head_dim, causal)

@@ -224,3 +224,19 @@ class WallCandidate:
 
     def measure(self, rep_ms: float) -> Sample:
         return Sample(self.measure_ms())
+
+
+TOGETHER_ROUNDS = 5     # time_together's rounds
+
+
+def time_together(calls: Mapping[str, Sequence[Callable[[], object]]], pins: Mapping | None = None,
+                  rounds: int = TOGETHER_ROUNDS) -> dict[str, float]:
+    """The benchmarks' one way to compare candidates: median GPU ms per call of each (name -> its
+    calls over the input sets) over ``rounds`` rounds that measure every candidate once, the order
+    rotating, each graph captured once and the clock settled once, 50 ms windows
+    (:func:`adaptive_rounds` with its stopping rules off, no pairing). Timed one after another
+    instead, two rows of one kernel and config once came out 10% apart in one run.
+    ``pins``: name -> the SDPA backend's pin its calls are captured under."""
+    captured = {name: Candidate(c, (pins or {}).get(name)) for name, c in calls.items()}
+    measured = adaptive_rounds(captured, list(captured), (), (300.0, 50.0, rounds, rounds))
+    return {name: statistics.median(s.ms for s in samples) for name, samples in measured.samples.items()}

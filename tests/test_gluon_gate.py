@@ -170,3 +170,32 @@ def test_calls_without_a_hopper_and_triton_36_raise_gluon_unavailable():
     q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
     with pytest.raises(GluonUnavailable, match="Triton|CUDA|sm_"):
         flash_attn_fwd_gluon(q, q, q)
+
+
+def test_benchmarks_time_a_shapes_candidates_together_in_rotating_rounds(monkeypatch):
+    """Every candidate measured once per round, ROUNDS rounds, the median kept; the SDPA pins reach
+    their candidates (each captured once)."""
+    from kernel import retime
+    from kernel.retime import TOGETHER_ROUNDS as ROUNDS, time_together
+
+    order, made = [], {}
+
+    class FakeCandidate:
+        def __init__(self, calls, pin=None, clock=None):
+            self.name, self.pin, self.count = calls[0], pin, 0
+            made[self.name] = self
+
+        def settle(self, ms):
+            pass
+
+        def measure(self, rep_ms, partner=None):
+            self.count += 1
+            order.append(self.name)
+            return retime.Sample({"a": 1.0, "b": 2.0, "s": 3.0}[self.name] + (0.5 if self.count == 1 else 0.0))
+
+    monkeypatch.setattr(retime, "Candidate", FakeCandidate)
+    pin = object()
+    ms = time_together({"a": ["a"], "b": ["b"], "s": ["s"]}, {"s": pin})
+    assert ms == {"a": 1.0, "b": 2.0, "s": 3.0}                      # the first round's outlier is not the median
+    assert len(order) == 3 * ROUNDS and all(order.count(n) == ROUNDS for n in "abs")
+    assert order[:3] != order[3:6] and made["s"].pin is pin and made["a"].pin is None
