@@ -2,16 +2,22 @@
 
 ``flash_attention(q, k, v, causal)`` is attention as PyTorch sees it (``out.backward()`` works);
 both passes take tuned configs: ``fwd`` an autotuned forward entry point, ``bwd_config`` a
-:class:`~kernel.flash_bwd.BwdConfig` or an autotuned backward (:mod:`kernel.bwd_autotune`).
+:class:`~kernel.flash_bwd.BwdConfig` or an autotuned backward (:mod:`kernel.bwd_autotune`), or a
+:class:`~kernel.gluon_bwd_config.GluonBwdConfig`: the Gluon backward for Hopper
+(:func:`kernel.flash_bwd_gluon.flash_attn_bwd_gluon`; sm_90 with Triton 3.6, else
+``GluonUnavailable`` names why), which a user asks for by its config (the default stays Triton's).
 """
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 import torch
 
 from kernel.bwd_launch import flash_attn_bwd
 from kernel.flash_bwd import BwdConfig
 from kernel.flash_fwd import flash_attn_fwd
+from kernel.gluon_bwd_config import GluonBwdConfig
 
 __all__ = ["FlashAttention", "flash_attention"]
 
@@ -31,9 +37,26 @@ class FlashAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         if ctx.bwd_config is None or isinstance(ctx.bwd_config, BwdConfig):
             dq, dk, dv = flash_attn_bwd(grad_out, q, k, v, out, lse, ctx.causal, config=ctx.bwd_config)
+        elif isinstance(ctx.bwd_config, GluonBwdConfig):
+            dq, dk, dv = gluon_backward(ctx.bwd_config, grad_out, q, k, v, out, lse, ctx.causal)
         else:                                    # an autotuned entry point (kernel.bwd_autotune)
             dq, dk, dv = ctx.bwd_config(grad_out, q, k, v, out, lse, ctx.causal)
         return dq, dk, dv, None, None, None
+
+
+def gluon_backward(config: GluonBwdConfig, grad_out, q, k, v, out, lse, causal: bool):
+    """(dq, dk, dv) by the Gluon backward at ``config``. It reads [B, H, N, D] tensors by TMA: [B, N, D]
+    ones get a head axis of 1 and their gradients lose it again, and a gradient PyTorch hands over
+    in another layout (a broadcast one, of a ``.sum()``, which TMA cannot read) is made contiguous."""
+    from kernel.flash_bwd_gluon import flash_attn_bwd_gluon
+
+    three = q.ndim == 3
+    if three:
+        q, k, v, out, lse, grad_out = (t.unsqueeze(1) for t in (q, k, v, out, lse, grad_out))
+    if not grad_out.is_contiguous():
+        grad_out = grad_out.contiguous()
+    grads = flash_attn_bwd_gluon(q, k, v, out, lse, grad_out, causal, **asdict(config))
+    return tuple(g.squeeze(1) for g in grads) if three else grads
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -42,8 +65,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     Args:
         bwd_config: the backward's :class:`~kernel.flash_bwd.BwdConfig`, or an autotuned entry point
-            over an emitted list (:class:`kernel.bwd_autotune.AutotunedBackward`); default
-            :func:`default_bwd_config`.
+            over an emitted list (:class:`kernel.bwd_autotune.AutotunedBackward`), or a
+            :class:`~kernel.gluon_bwd_config.GluonBwdConfig` for the Gluon backward (Hopper, Triton
+            3.6); default :func:`default_bwd_config`.
         fwd: the forward to use instead of :func:`kernel.flash_attn_fwd`, such as
             ``kernel.autotuned.flash_attn_fwd_autotuned`` (same arguments, returns ``(out, lse)``).
     """
