@@ -15,6 +15,7 @@ its error and skipped, and the run goes on. Times: every candidate of a shape in
 measure each once, the order rotating (``kernel.retime.time_together``: CUDA-graph replay over
 input sets that do not fit in L2), the median of its rounds: ours-Gluon (each knob set), ours-Triton
 (the default call ``kernel.flash_attn_bwd``), SDPA-flash's and SDPA-cuDNN's backward (autograd.grad).
+Then fwd+bwd, a training step's attention, at the best knob set (:func:`training_steps`).
 TFLOP/s counts 2.5x the forward's FLOPs. Exits 2 without a GPU.
 """
 
@@ -183,6 +184,37 @@ def bench_shape(batch: int, heads: int, n: int, head_dim: int, causal: bool, kno
         row[f"vs_{name}"] = value / row["gluon_ms"] if value and best else None
         row[f"{name}_tflops"] = flops / value * 1e-9 if value else None
     row["gluon_tflops"] = best["tflops"] if best else None
+    if best is not None:
+        text = "" if best["knobs"] == "default" else best["knobs"]
+        row.update(training_steps(sets, problem, causal, parse_knobs(text)))
+    return row
+
+
+def training_steps(sets, problem, causal: bool, knobs: dict) -> dict:
+    """fwd+bwd (a training step's attention), timed together: the default forward then the Gluon
+    backward at ``knobs``; the default forward then the Triton backward's default (the tuner's
+    ``fwd+bwd`` pass); SDPA's forward then its autograd backward, each backend."""
+    from kernel import default_bwd_config, flash_attn_fwd
+    from kernel.flash_bwd_gluon import flash_attn_bwd_gluon
+    from kernel.retime import time_together
+    from kernel.timing import runs
+    from tuner.kernels.triton_bwd import STEP, from_kernel
+
+    def gluon_step(s):
+        out, lse = flash_attn_fwd(s["q"], s["k"], s["v"], causal)
+        return flash_attn_bwd_gluon(s["q"], s["k"], s["v"], out, lse, s["dout"], causal, **knobs)
+
+    config = from_kernel(default_bwd_config(problem.head_dim, causal))
+    calls = {"gluon": [lambda s=s: gluon_step(s) for s in sets],
+             "triton": [STEP.call(config, s, problem, allocate=True) for s in sets]}
+    pins = {}
+    for backend, pinned in STEP.baselines(sets, problem).items():
+        if runs(pinned):
+            pins[backend], calls[backend] = pinned
+    ms = time_together(calls, pins)
+    row = {f"step_{name}_ms": value for name, value in ms.items()}
+    for name in ("triton", "flash", "cudnn"):
+        row[f"step_gluon_vs_{name}"] = ms[name] / ms["gluon"] if ms.get(name) and ms.get("gluon") else None
     return row
 
 
@@ -195,13 +227,17 @@ def table(rows: list[dict], env: dict) -> str:
 
     lines = [environment_line(env), "",
              "| D | causal | best knobs | Gluon ms | TFLOP/s | Triton ms | flash ms | cuDNN ms | x Triton | x flash "
-             "| x cuDNN |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| x cuDNN | fwd+bwd x Triton | fwd+bwd x flash | fwd+bwd x cuDNN |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         others = ("triton", "flash", "cudnn")
         cells = [str(r["D"]), "yes" if r["causal"] else "no", r["best"] or "none", _fmt(r["gluon_ms"], ".4f"),
                  _fmt(r["gluon_tflops"], ".0f")] + [_fmt(r[f"{name}_ms"], ".4f") for name in others]
         cells += [_fmt(r[f"vs_{name}"], ".2f") for name in others]
+        cells += [_fmt(r.get(f"step_gluon_vs_{name}"), ".2f") for name in others]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "fwd+bwd: the default forward then the backward (Gluon at the best knobs; Triton's default; "
+                  "SDPA's forward then autograd backward), timed together in rotating rounds."]
     return "\n".join(lines)
 
 
