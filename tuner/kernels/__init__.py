@@ -12,6 +12,7 @@ Modules:
     ``gluon_fwd``: the Gluon forward for Hopper, ``flash_attn_fwd_gluon(variant="ws")`` (name "gluon_fwd").
     ``gluon_bwd``: the Gluon backward for Hopper, ``flash_attn_bwd_gluon`` (name "gluon_bwd", pass "bwd").
     ``_attention``: what every attention forward shares (inputs, reference, SDPA, FLOPs).
+    ``_gluon``: what every Gluon kernel shares (its compile unit, the JIT's specialisation of its launch).
     ``_triton``: what every Triton kernel shares (the JIT's specialisation, Triton's features).
     ``_registry``: :func:`get` by name and pass (or a user's module path), :func:`kernel_of` a config.
 

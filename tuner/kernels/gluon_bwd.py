@@ -28,15 +28,12 @@ from kernel.gluon_bwd_config import KEYS_PER_CONSUMER, GluonBwdConfig, smem_byte
 from tuner.gpus import GpuSpec
 from tuner.kernels._attention_bwd import AttentionBackward
 from tuner.kernels._base import CompileUnit
-from tuner.kernels.gluon_fwd import GluonCompileUnit
+from tuner.kernels._gluon import HOPPER, REGS, WARPGROUP, GluonCompileUnit, specialisation, ws_compile_unit
 from tuner.problem import DTYPE_BYTES, Problem
 from tuner.space import LOG2, ORDINAL, KernelConfig, axis
 
 __all__ = ["KERNEL", "GluonBackward", "GluonBwdPoint", "from_kernel", "to_kernel"]
 
-HOPPER = 9                # the compute capability's major version the kernel is written for
-REGS = tuple(range(24, 257, 8))
-WARPGROUP = 4             # warps of a consumer (and of the producer's warpgroup, as setmaxnreg counts)
 TWO_CONSUMER_HEAD_DIM = 128   # two consumers split dQ's columns: only D=128 has two chunks of 64
 
 
@@ -113,15 +110,7 @@ def compile_unit(config: GluonBwdPoint, problem: Problem) -> GluonCompileUnit:
     (``kernel.gluon_bwd_compile.compile_inputs``: the JIT's own binder on stand-in tensors)."""
     from kernel.gluon_bwd_compile import compile_inputs, stand_in_launch
 
-    gluon = to_kernel(config, problem.head_dim)
-    shape = (gluon, problem.head_dim, problem.causal, problem.n_q, problem.n_k)
-    sizes = dict(batch=problem.batch, heads=problem.heads, dtype=problem.torch_dtype)
-    inputs = compile_inputs(*shape, **sizes)
-    _, args, constexprs, options = stand_in_launch(*shape, **sizes)     # JITFunction.warmup's, for the GPU present
-    return GluonCompileUnit(inputs.fn.fn.__name__, inputs.fn, inputs.signature, inputs.constexprs, inputs.attrs,
-                            inputs.options, tuple(args), constexprs | options,
-                            launch=(gluon.consumers, gluon.persistent),
-                            total_warps=WARPGROUP * (1 + gluon.consumers))
+    return ws_compile_unit(to_kernel(config, problem.head_dim), problem, compile_inputs, stand_in_launch)
 
 
 @lru_cache(maxsize=1)
@@ -163,12 +152,7 @@ class GluonBackward(AttentionBackward):
         return [compile_unit(config, problem)]
 
     def specialisation(self, problem: Problem) -> str:
-        """What the JIT specialises on (without compiling: this runs on any Triton): dtype, head dim,
-        causal, and each length as a constant 1, a multiple of 16 or neither (H and BH are not
-        specialised; batch and heads reach the kernel only through the descriptors' shapes)."""
-        def kind(n: int) -> str:
-            return "1" if n == 1 else "16n" if n % 16 == 0 else "n"
-        return repr((problem.dtype, problem.head_dim, bool(problem.causal), kind(problem.n_q), kind(problem.n_k)))
+        return specialisation(problem)
 
     def device_source(self) -> str:
         return _device_source()

@@ -24,14 +24,12 @@ from kernel.gluon_config import GluonConfig, smem_bytes
 from tuner.gpus import GpuSpec
 from tuner.kernels._attention import AttentionForward
 from tuner.kernels._base import CompileUnit
+from tuner.kernels._gluon import HOPPER, REGS, WARPGROUP, GluonCompileUnit, specialisation, ws_compile_unit
 from tuner.problem import DTYPE_BYTES, Problem
 from tuner.space import LOG2, ORDINAL, KernelConfig, axis
 
 __all__ = ["KERNEL", "GluonForward", "GluonFwdConfig", "to_kernel"]
 
-HOPPER = 9                # the compute capability's major version the kernel is written for
-REGS = tuple(range(24, 257, 8))
-WARPGROUP = 4             # warps of a consumer (and of the producer's warpgroup, as setmaxnreg counts)
 
 
 @dataclass(frozen=True, order=True)
@@ -98,36 +96,12 @@ def budget_rule(config: GluonFwdConfig, gpu: GpuSpec) -> str | None:
     return None if reason is None else f"unsupported: {reason}"
 
 
-@dataclass(frozen=True)
-class GluonCompileUnit(CompileUnit):
-    """A warp-specialized kernel's unit: the launch's ``num_warps`` is the default partition's (a
-    consumer), but registers are held by every partition's warpgroup (the producer warp's too).
-
-    Attributes:
-        total_warps: the warps that hold registers, as ``setmaxnreg`` counts them.
-    """
-
-    total_warps: int = WARPGROUP
-
-    @property
-    def num_warps(self) -> int:
-        return self.total_warps
-
-
 def compile_unit(config: GluonFwdConfig, problem: Problem) -> GluonCompileUnit:
     """``_fwd_ws_kernel`` specialised for ``problem`` exactly as the JIT specialises its launch
     (``kernel.gluon_compile.compile_inputs``: the JIT's own binder on stand-in tensors of the shape)."""
     from kernel.gluon_compile import compile_inputs, stand_in_launch
 
-    gluon = to_kernel(config)
-    shape = (gluon, problem.head_dim, problem.causal, problem.n_q, problem.n_k)
-    sizes = dict(batch=problem.batch, heads=problem.heads, dtype=problem.torch_dtype)
-    inputs = compile_inputs(*shape, **sizes)
-    _, args, constexprs, options = stand_in_launch(*shape, **sizes)     # JITFunction.warmup's, for the GPU present
-    return GluonCompileUnit(inputs.fn.fn.__name__, inputs.fn, inputs.signature, inputs.constexprs, inputs.attrs,
-                            inputs.options, tuple(args), constexprs | options,
-                            launch=(gluon.consumers, gluon.persistent),
-                            total_warps=WARPGROUP * (1 + gluon.consumers))
+    return ws_compile_unit(to_kernel(config), problem, compile_inputs, stand_in_launch)
 
 
 @lru_cache(maxsize=1)
@@ -164,12 +138,7 @@ class GluonForward(AttentionForward):
         return [compile_unit(config, problem)]
 
     def specialisation(self, problem: Problem) -> str:
-        """What the JIT specialises on (without compiling: this runs on any Triton): dtype, head dim,
-        causal, and each length as a constant 1, a multiple of 16 or neither (H and BH are not
-        specialised; batch and heads reach the kernel only through the descriptors' shapes)."""
-        def kind(n: int) -> str:
-            return "1" if n == 1 else "16n" if n % 16 == 0 else "n"
-        return repr((problem.dtype, problem.head_dim, bool(problem.causal), kind(problem.n_q), kind(problem.n_k)))
+        return specialisation(problem)
 
     def device_source(self) -> str:
         return _device_source()
