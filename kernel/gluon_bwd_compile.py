@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from kernel.gluon_bwd_config import GluonBwdConfig, smem_bytes
-from kernel.gluon_compile import TARGET_ARCH, CompileInputs, ptxas_warnings, resource_usage
+from kernel.gluon_compile import TARGET_ARCH, CompileInputs, bound_inputs, ptxas_warnings, resource_usage
 
 PTX_MARKERS = {"wgmma": "wgmma.mma_async", "tma": "cp.async.bulk.tensor", "reduce": "cp.reduce.async.bulk",
                "mbarrier": "mbarrier.try_wait", "setmaxnreg": "setmaxnreg"}
@@ -34,17 +34,8 @@ def stand_in_launch(config: GluonBwdConfig, head_dim: int, causal: bool, n_q: in
 
 
 def compile_inputs(config: GluonBwdConfig, head_dim: int, causal: bool, n_q: int, n_k: int, **shape) -> CompileInputs:
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import make_backend
-    from triton.runtime.jit import create_function_from_signature
-
-    fn, args, constexprs, options = stand_in_launch(config, head_dim, causal, n_q, n_k, **shape)
-    backend = make_backend(GPUTarget("cuda", TARGET_ARCH, 32))
-    binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, specialization, parsed = binder(*args, **constexprs, **options)
-    options_, signature, constexprs_, attrs = fn._pack_args(backend, {**constexprs, **options}, bound,
-                                                            specialization, parsed)
-    return CompileInputs(fn, signature, constexprs_, attrs, options_.__dict__)
+    """The compile inputs of a launch on contiguous [B, H, N, D] stand-ins, as the JIT makes them."""
+    return bound_inputs(*stand_in_launch(config, head_dim, causal, n_q, n_k, **shape))
 
 
 def cross_compile(config: GluonBwdConfig, head_dim: int, causal: bool, n_q: int = 1024, n_k: int = 1024, **shape):

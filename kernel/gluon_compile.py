@@ -59,11 +59,16 @@ def stand_in_launch(config: GluonConfig, head_dim: int, causal: bool, n_q: int, 
 def compile_inputs(config: GluonConfig, head_dim: int, causal: bool, n_q: int, n_k: int, batch: int = 2,
                    heads: int = 3, dtype: torch.dtype = torch.bfloat16) -> CompileInputs:
     """The compile inputs of a launch on contiguous [B, H, N, D] tensors, as the JIT makes them."""
+    return bound_inputs(*stand_in_launch(config, head_dim, causal, n_q, n_k, batch, heads, dtype))
+
+
+def bound_inputs(fn, args, constexprs: dict, options: dict) -> CompileInputs:
+    """The compile inputs of a launch of ``fn`` for sm_90, by the JIT's own binder and ``_pack_args``
+    (every Gluon kernel's cross-compile goes through it)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    fn, args, constexprs, options = stand_in_launch(config, head_dim, causal, n_q, n_k, batch, heads, dtype)
     backend = make_backend(GPUTarget("cuda", TARGET_ARCH, 32))
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     bound, specialization, parsed = binder(*args, **constexprs, **options)
