@@ -21,6 +21,7 @@ from dataclasses import asdict
 
 import pytest
 import torch
+from gluon_smoke import smoke_verdict
 
 from kernel.flash_fwd_gluon import (
     SMEM_LIMIT,
@@ -207,21 +208,7 @@ def smoke() -> dict:
 
 
 def _smoke_verdict(run: subprocess.Popen) -> str | None:
-    """None for a smoke run whose cases all passed, else what went wrong (a hang is killed)."""
-    try:
-        stdout, stderr = run.communicate(timeout=SMOKE_TIMEOUT_S)
-        hung = False
-    except subprocess.TimeoutExpired:
-        run.kill()
-        stdout, stderr = run.communicate()
-        hung = True
-    cases = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-    if hung:
-        return f"hung (no answer in {SMOKE_TIMEOUT_S} s) after {len(cases)} smoke cases, the last {cases[-1:]}"
-    bad = [case for case in cases if not case["ok"]]
-    if bad or run.returncode != 0 or not cases:
-        return f"smoke run failed: {bad[:1] or stderr[-1500:]}"
-    return None
+    return smoke_verdict(run, SMOKE_TIMEOUT_S, 1)
 
 
 def _healthy(smoke: dict, variant: str) -> None:

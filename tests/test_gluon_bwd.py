@@ -21,6 +21,7 @@ from dataclasses import asdict
 
 import pytest
 import torch
+from gluon_smoke import smoke_verdict
 
 from kernel.flash_bwd_gluon import GluonUnavailable, flash_attn_bwd_gluon, gluon_api_support, gluon_bwd_support
 from kernel.gluon_bwd_config import GLUON_BWD_DEFAULTS, GluonBwdConfig
@@ -170,20 +171,7 @@ def smoke() -> dict:
 
 
 def _smoke_verdict(run: subprocess.Popen) -> str | None:
-    try:
-        stdout, stderr = run.communicate(timeout=SMOKE_TIMEOUT_S)
-        hung = False
-    except subprocess.TimeoutExpired:
-        run.kill()
-        stdout, stderr = run.communicate()
-        hung = True
-    cases = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-    if hung:
-        return f"hung (no answer in {SMOKE_TIMEOUT_S} s) after {len(cases)} smoke cases, the last {cases[-1:]}"
-    bad = [case for case in cases if not case["ok"]]
-    if bad or run.returncode != 0 or not cases:
-        return f"smoke run failed: {bad[:2] or stderr[-1500:]}"
-    return None
+    return smoke_verdict(run, SMOKE_TIMEOUT_S, 2)
 
 
 def _healthy(smoke: dict, knobs: dict | None = None) -> None:
