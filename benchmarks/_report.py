@@ -16,3 +16,25 @@ def write_report(markdown: str | None, text: str, json_path: str | None = None, 
     if json_path:
         with open(json_path, "w") as handle:
             json.dump(payload, handle, indent=1, default=default)
+
+
+def host_report(host_row: Callable[[int, int, bool], dict], host_table: Callable[[list, str], str], lengths,
+                head_dims, causals, markdown: str | None) -> list[dict]:
+    """The host-µs benchmarks' run (``gluon_host``, ``bwd_gluon_host``): ``host_row(n, head_dim, causal)``
+    for every case asked, a line each as it is measured, then ``host_table(rows, environment line)``
+    printed and written to ``markdown``. Returns the rows (each benchmark judges its own)."""
+    from kernel.timing import environment, environment_line, warm_gpu
+
+    env = environment()
+    warm_gpu()
+    rows = []
+    for n in lengths:
+        for head_dim in head_dims:
+            for causal in causals:
+                rows.append(host_row(n, head_dim, causal))
+                print(f"N={n} D={head_dim} causal={causal}: " + ", ".join(
+                    f"{name} {us:.1f} µs" for name, us in rows[-1]["host_us"].items()), flush=True)
+    text = host_table(rows, environment_line(env))
+    print(text)
+    write_report(markdown, text + "\n")
+    return rows

@@ -173,21 +173,9 @@ def host_table(rows: list, env_line: str) -> str:
 
 def run_host(head_dims=None, causals=(False, True), lengths=None, markdown: str | None = None) -> int:
     """The table for every (N, D, causal) asked; 1 if a Gluon path's output was not the JIT path's."""
-    from benchmarks._report import write_report
-    from kernel.timing import environment, environment_line, warm_gpu
+    from benchmarks._report import host_report
 
-    env = environment()
-    warm_gpu()
-    rows = []
-    for n in lengths or LENGTHS:
-        for head_dim in head_dims or (64, 128):
-            for causal in causals:
-                rows.append(host_row(n, head_dim, causal))
-                print(f"N={n} D={head_dim} causal={causal}: " + ", ".join(
-                    f"{name} {us:.1f} µs" for name, us in rows[-1]["host_us"].items()), flush=True)
-    text = host_table(rows, environment_line(env))
-    print(text)
-    write_report(markdown, text + "\n")
+    rows = host_report(host_row, host_table, lengths or LENGTHS, head_dims or (64, 128), causals, markdown)
     return int(any(not ok for r in rows for ok in r["bit_equal"].values()))
 
 
