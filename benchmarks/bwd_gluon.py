@@ -14,8 +14,10 @@ NaN-filled gradients). A knob set that fails to compile, raises or is wrong is r
 its error and skipped, and the run goes on. Times: every candidate of a shape in 5 rounds that
 measure each once, the order rotating (``kernel.retime.time_together``: CUDA-graph replay over
 input sets that do not fit in L2), the median of its rounds: ours-Gluon (each knob set), ours-Triton
-(the default call ``kernel.flash_attn_bwd``), SDPA-flash's and SDPA-cuDNN's backward (autograd.grad).
-Then fwd+bwd, a training step's attention, at the best knob set (:func:`training_steps`).
+(the Triton backward at its default config, named), ours-default (``kernel.flash_attn_bwd`` as a user
+calls it: on Hopper with Triton 3.6 the Gluon route of ``kernel.bwd_defaults``), SDPA-flash's and
+SDPA-cuDNN's backward (autograd.grad). Then fwd+bwd, a training step's attention, at the best knob
+set and as ``kernel.flash_attention`` runs it by default (:func:`training_steps`).
 TFLOP/s counts 2.5x the forward's FLOPs. Exits 2 without a GPU.
 """
 
@@ -99,9 +101,13 @@ def _gluon_calls(sets, causal: bool, knobs: dict) -> list:
 
 
 def _triton_calls(sets, causal: bool) -> list:
-    from kernel import flash_attn_bwd
+    """The Triton backward at its default config, named (a default call takes the Gluon route on Hopper)."""
+    from kernel import default_bwd_config, flash_attn_bwd
 
-    return [lambda s=s: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal) for s in sets]
+    q, k = sets[0]["q"], sets[0]["k"]
+    config = default_bwd_config(q.shape[-1], causal, lengths=(q.shape[-2], k.shape[-2]))
+    return [lambda s=s: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal, config=config)
+            for s in sets]
 
 
 def _try_knobs(sets, causal: bool, text: str, refs) -> tuple[dict, list | None]:
@@ -127,7 +133,9 @@ def _try_knobs(sets, causal: bool, text: str, refs) -> tuple[dict, list | None]:
 
 
 def _candidates(sets, problem, causal: bool) -> tuple[dict, dict, dict]:
-    """(name -> calls, name -> SDPA pin, notes): SDPA's backends and the Triton backward's default call."""
+    """(name -> calls, name -> SDPA pin, notes): SDPA's backends, the Triton backward's default config
+    and the default call (whatever kernel.flash_attn_bwd routes it to)."""
+    from kernel import flash_attn_bwd
     from kernel.timing import runs
     from tuner.kernels.triton_bwd import KERNEL as BACKWARD
 
@@ -135,13 +143,16 @@ def _candidates(sets, problem, causal: bool) -> tuple[dict, dict, dict]:
     for backend, pinned in BACKWARD.baselines(sets, problem).items():
         if runs(pinned):
             pins[backend], calls[backend] = pinned
-    try:
-        calls["triton"] = _triton_calls(sets, causal)
-        calls["triton"][0]()
-    except Exception as exc:  # noqa: BLE001
-        calls.pop("triton", None)
-        notes["triton_failed"] = _first_line(exc)
-        _settle()
+    default = [lambda s=s: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal)
+               for s in sets]
+    for name, made in (("triton", lambda: _triton_calls(sets, causal)), ("default", lambda: default)):
+        try:
+            calls[name] = made()
+            calls[name][0]()
+        except Exception as exc:  # noqa: BLE001
+            calls.pop(name, None)
+            notes[f"{name}_failed"] = _first_line(exc)
+            _settle()
     return calls, pins, notes
 
 
@@ -174,8 +185,9 @@ def bench_shape(batch: int, heads: int, n: int, head_dim: int, causal: bool, kno
         if f"gluon:{entry['knobs']}" in ms:
             entry.update(ms=ms[f"gluon:{entry['knobs']}"], timer="cuda_graph rounds")
             entry["tflops"] = flops / entry["ms"] * 1e-9
-    for name in ("triton", "flash", "cudnn"):
+    for name in ("triton", "default", "flash", "cudnn"):
         row[f"{name}_ms"] = ms.get(name)
+    row["default_vs_cudnn"] = ms["cudnn"] / ms["default"] if ms.get("cudnn") and ms.get("default") else None
     timed = [e for e in row["tried"] if "ms" in e]
     best = min(timed, key=lambda e: e["ms"]) if timed else None
     row.update(best=best["knobs"] if best else None, gluon_ms=best["ms"] if best else None)
@@ -193,8 +205,9 @@ def bench_shape(batch: int, heads: int, n: int, head_dim: int, causal: bool, kno
 def training_steps(sets, problem, causal: bool, knobs: dict) -> dict:
     """fwd+bwd (a training step's attention), timed together: the default forward then the Gluon
     backward at ``knobs``; the default forward then the Triton backward's default (the tuner's
-    ``fwd+bwd`` pass); SDPA's forward then its autograd backward, each backend."""
-    from kernel import default_bwd_config, flash_attn_fwd
+    ``fwd+bwd`` pass); both default calls (what ``kernel.flash_attention`` runs); SDPA's forward
+    then its autograd backward, each backend."""
+    from kernel import default_bwd_config, flash_attn_bwd, flash_attn_fwd
     from kernel.flash_bwd_gluon import flash_attn_bwd_gluon
     from kernel.retime import time_together
     from kernel.timing import runs
@@ -204,9 +217,14 @@ def training_steps(sets, problem, causal: bool, knobs: dict) -> dict:
         out, lse = flash_attn_fwd(s["q"], s["k"], s["v"], causal)
         return flash_attn_bwd_gluon(s["q"], s["k"], s["v"], out, lse, s["dout"], causal, **knobs)
 
+    def default_step(s):
+        out, lse = flash_attn_fwd(s["q"], s["k"], s["v"], causal)
+        return flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], out, lse, causal)
+
     config = from_kernel(default_bwd_config(problem.head_dim, causal))
     calls = {"gluon": [lambda s=s: gluon_step(s) for s in sets],
-             "triton": [STEP.call(config, s, problem, allocate=True) for s in sets]}
+             "triton": [STEP.call(config, s, problem, allocate=True) for s in sets],
+             "default": [lambda s=s: default_step(s) for s in sets]}
     pins = {}
     for backend, pinned in STEP.baselines(sets, problem).items():
         if runs(pinned):
@@ -215,6 +233,7 @@ def training_steps(sets, problem, causal: bool, knobs: dict) -> dict:
     row = {f"step_{name}_ms": value for name, value in ms.items()}
     for name in ("triton", "flash", "cudnn"):
         row[f"step_gluon_vs_{name}"] = ms[name] / ms["gluon"] if ms.get(name) and ms.get("gluon") else None
+    row["step_default_vs_cudnn"] = ms["cudnn"] / ms["default"] if ms.get("cudnn") and ms.get("default") else None
     return row
 
 
@@ -227,17 +246,20 @@ def table(rows: list[dict], env: dict) -> str:
 
     lines = [environment_line(env), "",
              "| D | causal | best knobs | Gluon ms | TFLOP/s | Triton ms | flash ms | cuDNN ms | x Triton | x flash "
-             "| x cuDNN | fwd+bwd x Triton | fwd+bwd x flash | fwd+bwd x cuDNN |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| x cuDNN | default x cuDNN | fwd+bwd x Triton | fwd+bwd x flash | fwd+bwd x cuDNN "
+             "| fwd+bwd default x cuDNN |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         others = ("triton", "flash", "cudnn")
         cells = [str(r["D"]), "yes" if r["causal"] else "no", r["best"] or "none", _fmt(r["gluon_ms"], ".4f"),
                  _fmt(r["gluon_tflops"], ".0f")] + [_fmt(r[f"{name}_ms"], ".4f") for name in others]
-        cells += [_fmt(r[f"vs_{name}"], ".2f") for name in others]
+        cells += [_fmt(r[f"vs_{name}"], ".2f") for name in others] + [_fmt(r.get("default_vs_cudnn"), ".2f")]
         cells += [_fmt(r.get(f"step_gluon_vs_{name}"), ".2f") for name in others]
+        cells.append(_fmt(r.get("step_default_vs_cudnn"), ".2f"))
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "fwd+bwd: the default forward then the backward (Gluon at the best knobs; Triton's default; "
-                  "SDPA's forward then autograd backward), timed together in rotating rounds."]
+    lines += ["", "default: kernel.flash_attn_bwd with no config (the Gluon route on Hopper, Triton 3.6). fwd+bwd: "
+                  "the default forward then the backward (Gluon at the best knobs; Triton's default; the default "
+                  "call; SDPA's forward then autograd backward), timed together in rotating rounds."]
     return "\n".join(lines)
 
 
@@ -245,7 +267,8 @@ def _print_row(r: dict) -> None:
     print(f"D={r['D']} causal={r['causal']}: Gluon {_fmt(r['gluon_ms'], '.4f')} ms ({r['best']}), Triton "
           f"{_fmt(r['triton_ms'], '.4f')}, flash {_fmt(r['flash_ms'], '.4f')}, cuDNN {_fmt(r['cudnn_ms'], '.4f')}; "
           f"x Triton {_fmt(r['vs_triton'], '.2f')}, x flash {_fmt(r['vs_flash'], '.2f')}, "
-          f"x cuDNN {_fmt(r['vs_cudnn'], '.2f')}", flush=True)
+          f"x cuDNN {_fmt(r['vs_cudnn'], '.2f')}; default call x cuDNN {_fmt(r.get('default_vs_cudnn'), '.2f')}, "
+          f"fwd+bwd default x cuDNN {_fmt(r.get('step_default_vs_cudnn'), '.2f')}", flush=True)
     for e in r["tried"]:
         verdict = ("correct" if e.get("ok") else "WRONG") if "ok" in e else "not checked"
         errors = ", ".join(f"{n} {x:.2e}/{b:.2e}" for n, x, b in zip(("dq", "dk", "dv"), e.get("errors", []),

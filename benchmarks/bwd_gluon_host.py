@@ -8,7 +8,9 @@ Paths, each allocating its gradients as a user's call does (``gluon_plan_given``
 ones); host µs by :func:`kernel.timing.host_us` (100 calls enqueued back to back before one
 synchronise, the median of 5 batches), as ``benchmarks.bwd`` measures them:
 
-* ``triton``: the Triton backward's default call ``kernel.flash_attn_bwd(dout, q, k, v, out, lse, causal)``;
+* ``triton``: the Triton backward at its default config, named (``config=kernel.default_bwd_config(...)``);
+* ``default``: the default call ``kernel.flash_attn_bwd(dout, q, k, v, out, lse, causal)`` (on Hopper with
+  Triton 3.6 the Gluon route: the Triton plan's key, then the Gluon plan);
 * ``gluon_jit``: ``flash_attn_bwd_gluon_jit``: every check, seven descriptors and three JIT launches per call;
 * ``gluon_plan``: ``flash_attn_bwd_gluon``: its plan's key, then the three kernels launched directly;
 * ``gluon_plan_given``: the same into preallocated dq, dk, dv (the overlap check runs, no allocation);
@@ -25,7 +27,7 @@ import contextlib
 import torch
 
 SHAPE = dict(batch=4, heads=8)
-PATHS = ("triton", "gluon_jit", "gluon_plan", "gluon_plan_given", "flash", "cudnn")
+PATHS = ("triton", "default", "gluon_jit", "gluon_plan", "gluon_plan_given", "flash", "cudnn")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -34,12 +36,14 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _calls(s: dict, causal: bool) -> dict:
-    from kernel import flash_attn_bwd
+    from kernel import default_bwd_config, flash_attn_bwd
     from kernel.flash_bwd_gluon import flash_attn_bwd_gluon, flash_attn_bwd_gluon_jit
 
     args = (s["q"], s["k"], s["v"], s["out"], s["lse"], s["dout"], causal)
     given = dict(zip(("dq", "dk", "dv"), (torch.empty_like(s[name]) for name in ("q", "k", "v"))))
-    return {"triton": lambda: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal),
+    config = default_bwd_config(s["q"].shape[-1], causal)
+    user = (s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal)
+    return {"triton": lambda: flash_attn_bwd(*user, config=config), "default": lambda: flash_attn_bwd(*user),
             "gluon_jit": lambda: flash_attn_bwd_gluon_jit(*args),
             "gluon_plan": lambda: flash_attn_bwd_gluon(*args),
             "gluon_plan_given": lambda: flash_attn_bwd_gluon(*args, **given)}
@@ -89,18 +93,19 @@ def host_row(n: int, head_dim: int, causal: bool) -> dict:
 
 
 def host_table(rows: list, env_line: str) -> str:
-    columns = ["N", "D", "causal", *PATHS, "plan mode", "plan = JIT path", "plan / cuDNN", "notes"]
+    columns = ["N", "D", "causal", *PATHS, "plan mode", "plan = JIT path", "plan / cuDNN", "default / cuDNN", "notes"]
     lines = [env_line, "", f"bf16, B{SHAPE['batch']} H{SHAPE['heads']}; host µs per backward call "
              "(benchmarks/bwd_gluon_host.py says what each path is).", "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
         us = r["host_us"]
         cells = [f"{us[name]:.1f}" if name in us else "n/a" for name in PATHS]
-        ratio = f"{us['gluon_plan'] / us['cudnn']:.2f}" if "gluon_plan" in us and us.get("cudnn") else "n/a"
+        ratio, default = (f"{us[name] / us['cudnn']:.2f}" if name in us and us.get("cudnn") else "n/a"
+                          for name in ("gluon_plan", "default"))
         agrees = {True: "yes", False: "NO", None: "n/a"}[r["agrees"]]
         notes = "; ".join(f"{name}: {note}" for name, note in r["notes"].items())
         lines.append(f"| {r['n']} | {r['D']} | {'yes' if r['causal'] else 'no'} | " + " | ".join(cells)
-                     + f" | {r.get('plan_mode')} | {agrees} | {ratio} | {notes} |")
+                     + f" | {r.get('plan_mode')} | {agrees} | {ratio} | {default} | {notes} |")
     return "\n".join(lines)
 
 

@@ -8,13 +8,15 @@ Public API:
 
 Modules: ``flash_fwd`` (the forward kernel, its arguments, knob table and entry point),
 ``flash_bwd`` (the backward's kernels and config), ``bwd_launch`` (its launcher and launch plans),
+``bwd_defaults`` (what a default backward call runs: the Gluon backward on Hopper, else Triton's config),
 ``autograd`` (the autograd op), ``launch`` (the forward's launch plans), ``checks``
 (the inputs the launchers accept), ``reference`` (references and the accuracy rule),
 ``timing`` (stopwatches and interleaved rounds), ``autotuned`` (under ``@triton.autotune``).
 """
 
 from kernel.autograd import FlashAttention, flash_attention
-from kernel.bwd_launch import default_bwd_config, flash_attn_bwd
+from kernel.backward import flash_attn_bwd
+from kernel.bwd_defaults import default_bwd_config
 from kernel.checks import DTYPES, HEAD_DIMS, check_inputs
 from kernel.flash_bwd import BwdConfig
 from kernel.flash_fwd import (

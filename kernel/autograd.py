@@ -14,7 +14,7 @@ from dataclasses import asdict
 
 import torch
 
-from kernel.bwd_launch import flash_attn_bwd
+from kernel.backward import flash_attn_bwd
 from kernel.flash_bwd import BwdConfig
 from kernel.flash_fwd import flash_attn_fwd
 from kernel.gluon_bwd_config import GluonBwdConfig

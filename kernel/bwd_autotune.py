@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from kernel.bwd_launch import flash_attn_bwd
+from kernel.backward import flash_attn_bwd
 from kernel.flash_bwd import BwdConfig
 from kernel.launch import interpreting
 

@@ -1,5 +1,4 @@
-"""The backward's launcher: input checks, a cached launch plan per input layout, and the
-autograd op that joins the forward and the backward.
+"""The backward's launcher: input checks and a cached launch plan per input layout.
 
 Read after :mod:`kernel.flash_bwd` (the kernels). The first call with a given layout
 (shapes, strides, dtypes, devices, pointer alignment, causal, config) checks every
@@ -32,7 +31,6 @@ from kernel.launch import (
     cached_plan,
     current_device,
     current_stream,
-    device_capability,
     direct_runner,
     hooks_busy,
     interpreting,
@@ -54,45 +52,6 @@ def unit_constexprs(fn, head_dim: int, causal: bool, constexprs: dict) -> list[t
     """A kernel's constexprs in signature order: the config's, the head dim, and causal where it takes it."""
     given = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), **constexprs)
     return [(name, given[name]) for name in fn.arg_names if name in given]
-
-
-# The H200 winners of ``python -m benchmarks.bwd --explore`` (bf16, B4 H8 N4096; each dK/dV
-# config with the dQ pass held fixed, then the dQ pass on the best of them; docs/results/
-# 2026-12-01-h200-backward.md), by (head dim, causal); the dQ pass overlapped with the dK/dV
-# kernel where ``benchmarks.bwd --knobs`` found it faster (D=128 causal, the same file).
-HOPPER_BWD = {
-    (64, False): BwdConfig(block_m=32, block_n=64, num_warps=4, num_stages=3, block_m_q=128, block_n_q=64,
-                           num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
-    (64, True): BwdConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, block_m_q=128, block_n_q=32,
-                          num_warps_q=8, num_stages_q=1, dq_mode="tma", tma=True),
-    (128, False): BwdConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, block_m_q=128, block_n_q=64,
-                            num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True),
-    (128, True): BwdConfig(block_m=64, block_n=64, num_warps=4, num_stages=1, block_m_q=128, block_n_q=64,
-                           num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True, overlap=True),
-}
-
-
-def default_bwd_config(head_dim: int, causal: bool = False, capability: int | None = None,
-                       lengths: tuple[int, int] | None = None) -> BwdConfig:
-    """A good backward config for a call that names none; the tuner finds better ones for your GPU.
-
-    Hopper takes the H200's winners (:data:`HOPPER_BWD`) at D=64 and D=128. Elsewhere the
-    tiles fit Ada's 99 KB of shared memory per block and compile without spills for sm_89.
-    ``lengths`` (n_q, n_k): a length of 1 is a constant to the JIT, whose Hopper pipeliner
-    cannot predicate TMA descriptors then (seen in the forward), so such calls take plain loads.
-    """
-    if capability is None:
-        capability = device_capability()
-    config = HOPPER_BWD.get((head_dim, bool(causal))) if 90 <= capability < 100 else None
-    if config is None:
-        warps = 8 if head_dim == 128 else 4
-        config = (BwdConfig(block_m=64, block_n=64, num_warps=warps, num_stages=2, block_m_q=64, block_n_q=64,
-                            num_warps_q=warps, num_stages_q=2) if head_dim <= 128 else
-                  BwdConfig(block_m=32, block_n=32, num_warps=4, num_stages=1, block_m_q=32, block_n_q=32,
-                            num_warps_q=4, num_stages_q=1))
-    if lengths is not None and 1 in lengths and (config.tma or config.dq_mode == "tma"):
-        config = replace(config, tma=False, dq_mode="pass")
-    return config
 
 
 # ------------------------------------------------------------------------------ checks
@@ -324,16 +283,22 @@ def _check_grads(grads, q, k, v) -> None:
                              f"{tuple(given.shape) if isinstance(given, torch.Tensor) else type(given).__name__}")
 
 
-def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads=(None, None, None)) -> BwdPlan:
-    """The cached plan for this call, made (and every input checked) on first sight."""
+def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads=(None, None, None),
+                 route=None) -> BwdPlan:
+    """The cached plan for this call, made (and every input checked) on first sight. ``route``: for a
+    call that named no config, ``route(dout, q, k, v, out, lse, causal, grads)`` is asked after the
+    checks, and a plan it returns is kept instead (:func:`kernel.backward.gluon_bwd_plan`)."""
     try:
-        key = _plan_key(config, causal, (dout, q, k, v, out, lse, *grads))
+        key = _plan_key(config if route is None else ("default", config), causal, (dout, q, k, v, out, lse, *grads))
     except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
         key = None
 
     def make() -> BwdPlan:
         checked = check_bwd_inputs(dout, q, k, v, out, lse, causal, config)
         _check_grads(grads, q, k, v)
+        routed = None if route is None else route(dout, q, k, v, out, lse, causal, grads)
+        if routed is not None:
+            return routed
         if checked.tma or checked.dq_mode == "tma":
             use_tma_allocator()
         plan = BwdPlan(checked, q, k, v, dout, out, causal)
@@ -345,56 +310,3 @@ def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads
         return plan
 
     return cached_plan(key, make)
-
-
-# --------------------------------------------------------------------------- entry points
-
-
-def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                   lse: torch.Tensor, causal: bool = False, *, config: BwdConfig | None = None,
-                   dq: torch.Tensor | None = None, dk: torch.Tensor | None = None, dv: torch.Tensor | None = None,
-                   **fields):
-    """Gradients of ``out = attention(q, k, v)`` given ``dout``, from the forward's ``out`` and ``lse``.
-
-    Args:
-        dout: the gradient of ``out``, like ``q``.
-        q, k, v, out, lse: the forward's inputs and outputs (:func:`kernel.flash_attn_fwd`).
-        causal: as in the forward.
-        config: a :class:`~kernel.flash_bwd.BwdConfig`; default :func:`default_bwd_config`.
-        **fields: :class:`~kernel.flash_bwd.BwdConfig` fields that replace the config's:
-            ``block_m``, ``block_n`` (the dK/dV kernel's query and key tiles), ``num_warps``,
-            ``num_stages``; ``block_m_q``, ``block_n_q``, ``num_warps_q``, ``num_stages_q`` (the
-            dQ pass's; default those of the dK/dV kernel when it names them and no config is
-            given); ``dq_mode`` ("pass", "atomic" or "tma"); ``tma`` (TMA loads of the tiles a
-            loop walks, sm_90+); ``maxnreg``; ``persistent``; ``overlap`` (the dQ pass on a second
-            stream beside the dK/dV kernel).
-        dq, dk, dv: optional preallocated gradients (contiguous, like q, k and v); tests fill
-            them with NaN so that an element the kernels never write shows up.
-
-    Returns:
-        ``(dq, dk, dv)``, like ``q``, ``k`` and ``v``.
-
-    Raises:
-        TypeError, ValueError: a bad input or config; the message names it.
-    """
-    if config is None:
-        shaped = isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
-        config = default_bwd_config(q.shape[-1] if shaped else 64, causal, None if not shaped or q.is_cuda else 0,
-                                    (q.shape[-2], k.shape[-2]) if shaped else None)
-        if (config.tma or config.dq_mode == "tma") and (not isinstance(dout, torch.Tensor) or _tma_misfit(
-                (("q", q), ("k", k), ("v", v), ("dout", dout)))):
-            config = replace(config, tma=False, dq_mode="pass")     # the defaults never refuse a layout
-        if "block_m" in fields and "block_m_q" not in fields:
-            fields["block_m_q"] = fields["block_m"]
-        if "block_n" in fields and "block_n_q" not in fields:
-            fields["block_n_q"] = fields["block_n"]
-        for name in ("num_warps", "num_stages"):
-            if name in fields and f"{name}_q" not in fields:
-                fields[f"{name}_q"] = fields[name]
-    if fields:
-        unknown = sorted(set(fields) - set(BwdConfig.__dataclass_fields__))
-        if unknown:
-            raise TypeError(f"flash_attn_bwd got unknown config field {unknown[0]!r}; fields: "
-                            f"{', '.join(BwdConfig.__dataclass_fields__)}")
-        config = replace(config, **fields)
-    return bwd_plan_for(config, dout, q, k, v, out, lse, causal, (dq, dk, dv))(dout, q, k, v, out, lse, dq, dk, dv)

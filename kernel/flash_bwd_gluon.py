@@ -10,7 +10,8 @@ fp32 dQ accumulator zeroed), the Gluon kernel, and ``kernel.flash_bwd``'s dQ con
 first call (``gluon_bwd_launch.py``). The contract is ``kernel.flash_attn_bwd``'s for [B, H, N, D] tensors:
 bf16 or fp16, D 64 or 128, any N_q, N_k >= 0, causal top-left aligned, ``lse`` the forward's
 (natural log); on CUDA sm_90 under Triton 3.6 only (:class:`GluonUnavailable` elsewhere).
-Not wired into ``flash_attention`` yet; the tuner sweeps it as the kernel ``gluon_bwd``.
+A default call of ``kernel.flash_attn_bwd`` (and so ``flash_attention``'s backward) runs it where
+``kernel.bwd_defaults.GLUON_BWD_ROUTES`` says; the tuner sweeps it as the kernel ``gluon_bwd``.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def gluon_bwd_support(capability: int | None = None) -> str | None:
 # ---------------------------------------------------------------------------------- checks
 
 
-def check_bwd_inputs(q, k, v, out, lse, dout, causal, grads=(None, None, None)) -> None:
-    """Every check of a call, each error naming the field; devices are checked last."""
+def check_bwd_inputs(q, k, v, out, lse, dout, causal, grads=(None, None, None), devices: bool = True) -> None:
+    """Every check of a call, each error naming the field; devices are checked last (``devices=False``:
+    not at all, for the default call's router, which has asked the device already)."""
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout), ("lse", lse)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -75,7 +77,7 @@ def check_bwd_inputs(q, k, v, out, lse, dout, causal, grads=(None, None, None)) 
                                   or not given.is_contiguous()):
             raise ValueError(f"{name} must be a contiguous tensor like {'qkv'[('dq', 'dk', 'dv').index(name)]} "
                              f"({tuple(like.shape)}, {like.dtype}, {like.device})")
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)):
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)) if devices else ():
         if t.device.type != "cuda":
             raise ValueError(f"{name} is on {t.device}; the Gluon backward needs CUDA tensors on an sm_90 GPU")
         if t.stride(-1) != 1:

@@ -209,6 +209,24 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
                 tests/test_budget.py -k "not verdicts_hold" > "$W/gpufinal.log" 2>&1; echo "gpufinal rc=$?"
               grep -E "passed|failed|FAILED|ERROR" "$W/gpufinal.log" | tail -8; grep -E "^E " "$W/gpufinal.log" | head -8;;
     dash) python3 -m tuner.dashboard --storage "sqlite:///$W/grid1.db" --out "$W/dash" --plotlyjs cdn 2>&1 | tail -2;;
+    r22a) R=$W/r22; mkdir -p "$R"   # issue 22: the backward's default route, its plan and the autograd op on the GPU
+          timeout ${TESTS_S:-300} python3 -m pytest -m gpu -v -p no:cacheprovider tests/test_gluon_bwd_route.py \
+            tests/test_gluon_bwd_plan.py tests/test_autograd_gluon.py tests/test_defaults.py tests/test_gluon_route.py \
+            > "$R/routetests.log" 2>&1; echo "route tests rc=$?"; grep -cE "PASSED" "$R/routetests.log"
+          grep -E "FAILED|ERROR|passed|failed" "$R/routetests.log" | tail -12; grep -E "^E " "$R/routetests.log" | head -10;;
+    r22b) R=$W/r22; mkdir -p "$R"   # issue 22: host µs of every backward path, then the four bars' shapes timed together
+          timeout 200 python3 -m benchmarks.bwd_gluon --host --markdown "$R/host.md" > "$R/host.log" 2>&1
+          echo "bwd host rc=$?"; tail -12 "$R/host.log"
+          timeout ${BENCH_S:-420} python3 -m benchmarks.bwd_gluon --knobs "${BWD_KNOBS:-;num_stages=3;consumers=2;consumers=2,dq_bufs=1;block_m=128,consumer_regs=256}" \
+            --json "$R/bench.json" --markdown "$R/bench.md" > "$R/bench.log" 2>&1; echo "bwd bench rc=$?"
+          grep -vE "^\|" "$R/bench.log" | tail -40; cat "$R/bench.md" 2>/dev/null;;
+    r25) R=$W/r22; mkdir -p "$R"    # issue 25: the forward's default and ws timed together, the issue's shapes
+         timeout 200 python3 -m benchmarks.gluon --variant ws --wide --markdown "$R/fwd.md" > "$R/fwd.log" 2>&1
+         echo "fwd bench rc=$?"; tail -16 "$R/fwd.log";;
+    r22c) R=$W/r22; mkdir -p "$R"   # the Gluon backward's tests whole, then the Triton backward's and the forward's
+          timeout ${TESTS_S:-420} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_bwd.py tests/test_backward.py \
+            tests/test_kernel.py > "$R/widetests.log" 2>&1; echo "wide tests rc=$?"
+          grep -E "FAILED|ERROR|passed|failed" "$R/widetests.log" | tail -14; grep -E "^E " "$R/widetests.log" | head -10;;
     *) echo "unknown stage $1";;
   esac
 }

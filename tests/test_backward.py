@@ -209,13 +209,15 @@ def test_bf16_on_a_gpu_at_a_real_size(causal, mode, head_dim):
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [*range(1, 18), 63, 64, 65, 127, 128, 129])
 def test_the_default_config_at_every_short_length_on_a_gpu(n):
-    """Lengths of 1 become constants to the JIT; lengths around the tiles exercise the ragged tiles."""
+    """Lengths of 1 become constants to the JIT; lengths around the tiles exercise the ragged tiles.
+    The default call (on Hopper with Triton 3.6 the Gluon backward: kernel/backward.py) and the
+    Triton backward's default config named, both."""
     torch.manual_seed(n)
     for causal in (False, True):
-        q, k, v = _inputs("cuda", (1, 2, n, 64), (1, 2, n, 64), torch.bfloat16)
-        _check(q, k, v, causal)
-        q, k, v = _inputs("cuda", (1, 2, n, 128), (1, 2, n + 3, 128), torch.bfloat16)
-        _check(q, k, v, causal)
+        for head_dim, n_k in ((64, n), (128, n + 3)):
+            q, k, v = _inputs("cuda", (1, 2, n, head_dim), (1, 2, n_k, head_dim), torch.bfloat16)
+            _check(q, k, v, causal)
+            _check(q, k, v, causal, config=kernel.default_bwd_config(head_dim, causal, lengths=(n, n_k)))
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -114,7 +114,7 @@ def test_the_dq_pass_launches_its_own_tiles_and_warps():
 
 
 def test_a_call_naming_the_dk_dv_tiles_gives_the_dq_pass_the_same_unless_it_names_its_own(device, monkeypatch):
-    import kernel.bwd_launch as bl
+    import kernel.backward as bl
 
     seen = []
     monkeypatch.setattr(bl, "bwd_plan_for", lambda config, *a, **k: seen.append(config) or (lambda *a: None))

@@ -14,7 +14,8 @@ import torch
 import triton
 
 import kernel
-from kernel.bwd_launch import bwd_plan_for, default_bwd_config
+from kernel.bwd_defaults import default_bwd_config
+from kernel.bwd_launch import bwd_plan_for
 from kernel.flash_fwd import _with_defaults, plan_for
 
 TILES = dict(block_m=16, block_n=16, num_warps=1, num_stages=1)

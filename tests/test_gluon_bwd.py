@@ -280,13 +280,14 @@ def test_the_benchmark_table_gives_the_backward_and_the_training_step():
 
     row = dict(D=128, causal=True, best="consumers=2", gluon_ms=0.7, gluon_tflops=480.0, triton_ms=1.0, flash_ms=1.4,
                cudnn_ms=0.75, vs_triton=1.0 / 0.7, vs_flash=2.0, vs_cudnn=0.75 / 0.7, step_gluon_vs_triton=1.21,
-               step_gluon_vs_flash=1.9, step_gluon_vs_cudnn=0.97)
+               step_gluon_vs_flash=1.9, step_gluon_vs_cudnn=0.97, default_vs_cudnn=1.06, step_default_vs_cudnn=0.96)
     bare = dict(row, best=None, gluon_ms=None, gluon_tflops=None, vs_triton=None, vs_flash=None, vs_cudnn=None)
-    for key in ("step_gluon_vs_triton", "step_gluon_vs_flash", "step_gluon_vs_cudnn"):
+    for key in ("step_gluon_vs_triton", "step_gluon_vs_flash", "step_gluon_vs_cudnn", "default_vs_cudnn",
+                "step_default_vs_cudnn"):
         bare.pop(key)
     env = dict(gpu="test", driver="d", torch="t", triton="3.6.0", date="today")
     text = table([row, bare], env)
-    full = ("| 128 | yes | consumers=2 | 0.7000 | 480 | 1.0000 | 1.4000 | 0.7500 | 1.43 | 2.00 | 1.07 "
-            "| 1.21 | 1.90 | 0.97 |")
+    full = ("| 128 | yes | consumers=2 | 0.7000 | 480 | 1.0000 | 1.4000 | 0.7500 | 1.43 | 2.00 | 1.07 | 1.06 "
+            "| 1.21 | 1.90 | 0.97 | 0.96 |")
     assert full in text
-    assert "| 128 | yes | none | - | - | 1.0000 | 1.4000 | 0.7500 | - | - | - | - | - | - |" in text
+    assert "| 128 | yes | none | - | - | 1.0000 | 1.4000 | 0.7500 | - | - | - | - | - | - | - | - |" in text
