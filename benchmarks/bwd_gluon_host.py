@@ -5,8 +5,9 @@ the Triton backward and SDPA's backward, same run (``python -m benchmarks.bwd_gl
     python -m benchmarks.bwd_gluon --host --host-n 1024 --head-dim 128 --markdown docs/results/x.md
 
 Paths, each allocating its gradients as a user's call does (``gluon_plan_given``: into preallocated
-ones); host µs by :func:`kernel.timing.host_us` (100 calls enqueued back to back before one
-synchronise, the median of 5 batches), as ``benchmarks.bwd`` measures them:
+ones); host µs by :func:`kernel.timing.host_us_together` (batches of 100 calls enqueued back to back
+before one synchronise, the paths' batches interleaved, the median of 15 each; SDPA's under its
+backend's pin):
 
 * ``triton``: the Triton backward at its default config, named (``config=kernel.default_bwd_config(...)``);
 * ``default``: the default call ``kernel.flash_attn_bwd(dout, q, k, v, out, lse, causal)`` (on Hopper with
@@ -61,7 +62,7 @@ def host_row(n: int, head_dim: int, causal: bool) -> dict:
     """Every path's host µs at B4 H8 N ``n``, after the plan's check against the JIT path."""
     from benchmarks.bwd import make_sets
     from kernel.flash_bwd_gluon import KNOB_NAMES, plan_for
-    from kernel.timing import host_us, runs
+    from kernel.timing import host_us_together, runs
     from tuner.kernels.triton_bwd import KERNEL as BACKWARD
     from tuner.problem import Problem
 
@@ -76,16 +77,19 @@ def host_row(n: int, head_dim: int, causal: bool) -> dict:
         torch.cuda.synchronize()
     except Exception as exc:  # reported: the Triton and SDPA rows still run
         row["notes"]["gluon"] = _first_line(exc)
-    for name, call in calls.items():
+    pins = {}
+    for name, call in list(calls.items()):
         try:
-            row["host_us"][name] = host_us(call)
+            call()
         except Exception as exc:  # one path failing leaves the others
             row["notes"][name] = _first_line(exc)
+            del calls[name]
     for backend, (pin, sdpa_calls) in BACKWARD.baselines([s], problem).items():
         if runs((pin, sdpa_calls)):
-            row["host_us"][backend] = host_us(sdpa_calls[0])
+            calls[backend], pins[backend] = sdpa_calls[0], pin
         else:
             row["notes"][backend] = "refuses this shape"
+    row["host_us"] = host_us_together(calls, pins)
     with contextlib.suppress(Exception):       # how the plan's calls launched
         row["plan_mode"] = plan_for(s["q"], s["k"], s["v"], s["out"], s["lse"], s["dout"], causal,
                                     dict.fromkeys(KNOB_NAMES)).mode

@@ -8,8 +8,10 @@
     python -m benchmarks.gluon --host                # host µs of every launch path at N512 (gluon_host.py)
 
 Times: each shape's candidates in 5 rounds that measure every one of them once, the order
-rotating (:func:`kernel.retime.time_together`: CUDA-graph replay over input sets that do not fit in L2, each
-graph captured once), the median of its rounds. Baselines in the same run: the Triton kernel at its
+rotating (:func:`kernel.retime.paired_together`: CUDA-graph replay over input sets that do not
+fit in L2, each graph captured once, every candidate's replays alternating with SDPA-cuDNN's in
+each window), the median of its rounds; x SDPA-cuDNN is the median of the windows' paired ratios
+(what the bars are judged on). Baselines in the same run: the Triton kernel at its
 default config (``triton``, named explicitly), the default call ``flash_attn_fwd(q, k, v,
 causal)`` (``default``: the Gluon kernel where ``kernel.gluon_route`` routes it), SDPA's
 flash and cuDNN backends. Before a variant is timed its output is checked against
@@ -28,7 +30,7 @@ import torch
 
 from benchmarks._report import write_report
 from kernel.flash_fwd_gluon import VARIANTS, default_gluon_config, flash_attn_fwd_gluon, gluon_support
-from kernel.retime import time_together
+from kernel.retime import paired_together
 
 SHAPE = dict(batch=4, heads=8, n=4096)
 # The issue's other shapes (B, H, N, D, causal), timed with --wide after the B4 H8 N4096 ones.
@@ -221,7 +223,8 @@ def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shap
             _settle()
             row["notes"][name] = _first_line(exc)
             print(f"  D={head_dim} causal={causal} {name}: skipped, {row['notes'][name]}", file=sys.stderr)
-    row["ms"] = time_together(calls, pins)       # kernel.retime: the shape's candidates in the same rounds
+    # kernel.retime: the shape's candidates in the same rounds, each paired with SDPA-cuDNN in its windows
+    row["ms"], row["vs_cudnn"] = paired_together(calls, pins, "sdpa_cudnn")
     if shape == SHAPE:
         row["host_us"] = host_costs(head_dim, causal)
     flops = attention_flops(shape["batch"], shape["heads"], shape["n"], shape["n"], head_dim, causal)
@@ -230,6 +233,8 @@ def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shap
 
 
 def _ratio(row, ours, other) -> str:
+    if other == "sdpa_cudnn" and ours in row.get("vs_cudnn", {}):
+        return f"{row['vs_cudnn'][ours]:.2f}"          # the paired ratio
     a, b = row["ms"].get(ours), row["ms"].get(other)
     return f"{b / a:.2f}" if a and b else "n/a"
 
@@ -237,7 +242,8 @@ def _ratio(row, ours, other) -> str:
 def table(rows, variants, env_line: str) -> str:
     """Markdown: per shape and variant, TFLOP/s and the speed ratio to each baseline (> 1: faster)."""
     lines = [env_line, "", "bf16; ratio = baseline time / variant time (above 1: the variant is faster); "
-             "x flash_attn_fwd: the Triton kernel at its default config; default: the default call.", "",
+             "x flash_attn_fwd: the Triton kernel at its default config; default: the default call; x SDPA-cuDNN: "
+             "the median of paired windows (each candidate's replays alternating with cuDNN's).", "",
              "| shape | D | causal | variant | ms | TFLOP/s | x flash_attn_fwd | x SDPA-flash | x SDPA-cuDNN | note |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:

@@ -145,6 +145,8 @@ def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         for name in ("num_warps", "num_stages"):
             if name in fields and f"{name}_q" not in fields:
                 fields[f"{name}_q"] = fields[name]
+        if fields.get("dq_mode", "pass") != "pass" and "overlap" not in fields:
+            fields["overlap"] = False     # a default that overlaps its dQ pass has none to overlap then
     if fields:
         unknown = sorted(set(fields) - set(BwdConfig.__dataclass_fields__))
         if unknown:

@@ -227,6 +227,18 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
           timeout ${TESTS_S:-420} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_bwd.py tests/test_backward.py \
             tests/test_kernel.py > "$R/widetests.log" 2>&1; echo "wide tests rc=$?"
           grep -E "FAILED|ERROR|passed|failed" "$R/widetests.log" | tail -14; grep -E "^E " "$R/widetests.log" | head -10;;
+    diag) R=$W/r22; mkdir -p "$R"
+          timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py -k "overlap_gives" 2>&1 | tail -3
+          timeout 150 python3 scripts/diag_overlap.py 2>&1 | tail -12;;
+    r22d) R=$W/r22; mkdir -p "$R"   # the D=128 causal field cases (default overlap off with dq_mode atomic/tma)
+          timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py -k "real_size and 128-True" \
+            > "$R/fieldtests.log" 2>&1; echo "field tests rc=$?"; grep -E "FAILED|passed|failed" "$R/fieldtests.log" | tail -6;;
+    gbsweep) R=$W/r22; mkdir -p "$R"   # issue 22: the tuner sweeps the Gluon backward (gate, timing, finalists)
+          /usr/bin/time -f "gbsweep wall %e s" timeout ${SWEEP_S:-240} python3 -m tuner.sweep --study hopper_gluon_bwd \
+            --gpu sm_90 --sampler tpe --trials ${GB_TRIALS:-16} --seed 1 --finalists 2 --rounds 3 \
+            --storage "sqlite:///$R/gbwd.db" --out "$R/gbsweep" > "$R/gbsweep.log" 2>&1
+          echo "gbsweep rc=$?"; grep -vE "^\[|^compiling" "$R/gbsweep.log" | tail -40
+          cp "$R/gbsweep/configs/"*.py "$R/" 2>/dev/null;;
     *) echo "unknown stage $1";;
   esac
 }

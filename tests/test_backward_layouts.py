@@ -206,3 +206,19 @@ def test_every_scratch_buffer_the_launcher_allocates_may_start_as_nan(device, mo
     reference, pytorchs = _expected(q, k, v, dout, True)
     verdict = grad_accuracy(got, reference, pytorchs, q.dtype)
     assert verdict.ok, verdict.reason
+
+
+def test_a_dq_mode_field_turns_off_a_default_overlap_it_cannot_have(device, monkeypatch):
+    """Hopper's D=128 causal default overlaps its dQ pass; a call naming dq_mode "atomic" or "tma" has no
+    dQ pass to overlap, so the default's overlap goes (naming overlap=True with them is still an error)."""
+    import kernel.backward as bl
+    from kernel.bwd_defaults import HOPPER_BWD
+
+    seen = []
+    monkeypatch.setattr(bl, "default_bwd_config", lambda *a: HOPPER_BWD[(128, True)])
+    monkeypatch.setattr(bl, "bwd_plan_for", lambda config, *a, **k: seen.append(config) or (lambda *a: None))
+    q = torch.randn(1, 1, 16, 16, device=device)
+    args = (q, q, q, q, q, q[..., 0].float())
+    for mode in ("atomic", "tma", "pass"):
+        bl.flash_attn_bwd(*args, True, dq_mode=mode)
+    assert [(c.dq_mode, c.overlap) for c in seen] == [("atomic", False), ("tma", False), ("pass", True)]

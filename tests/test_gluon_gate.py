@@ -199,3 +199,37 @@ def test_benchmarks_time_a_shapes_candidates_together_in_rotating_rounds(monkeyp
     assert ms == {"a": 1.0, "b": 2.0, "s": 3.0}                      # the first round's outlier is not the median
     assert len(order) == 3 * ROUNDS and all(order.count(n) == ROUNDS for n in "abs")
     assert order[:3] != order[3:6] and made["s"].pin is pin and made["a"].pin is None
+
+
+def test_paired_rounds_give_each_candidate_its_ratio_to_the_reference_in_the_same_windows(monkeypatch):
+    """Every candidate but the reference measured against it in each window (its ms and the
+    reference's), the reference measured alone too; the ratio is the median of the windows' ratios,
+    not a ratio of medians (a window where both ran slow leaves it alone)."""
+    from kernel import retime
+    from kernel.retime import TOGETHER_ROUNDS as ROUNDS, paired_together
+
+    partners = []
+    slow = {"a": [1.0, 2.0, 1.0, 1.0, 1.0], "b": [2.0] * ROUNDS, "s": [4.0] * ROUNDS}
+
+    class FakeCandidate:
+        pairs = True
+
+        def __init__(self, calls, pin=None, clock=None):
+            self.name, self.count = calls[0], 0
+
+        def settle(self, ms):
+            pass
+
+        def measure(self, rep_ms, partner=None):
+            factor = slow["a"][self.count] if self.name == "a" else 1.0    # a's second window: all ran 2x slow
+            ms = slow[self.name][self.count] * (1.0 if self.name == "a" else factor)
+            self.count += 1
+            partners.append((self.name, None if partner is None else partner.name))
+            return retime.Sample(ms, None, None if partner is None else 4.0 * factor)
+
+    monkeypatch.setattr(retime, "Candidate", FakeCandidate)
+    ms, versus = paired_together({"a": ["a"], "b": ["b"], "s": ["s"]}, reference="s")
+    assert versus == {"a": 4.0, "b": 2.0}
+    assert ms["s"] == 4.0 and "s" not in versus
+    assert sorted(set(partners)) == [("a", "s"), ("b", "s"), ("s", None)]
+    assert len(partners) == 3 * ROUNDS

@@ -169,3 +169,36 @@ def test_a_worker_times_every_set_and_takes_the_host_time_of_a_users_allocating_
     assert all(c.config is config for c in fake.made)
     seen.clear()
     assert bench._time(problem, config, host=False) == (0.125, timing.GRAPH, None, 1800.0) and "host" not in seen
+
+
+def test_host_us_together_interleaves_the_paths_batches_and_pins_each_batch(monkeypatch):
+    """Each path's batches alternate with the others' (the order rotating), every batch of a pinned
+    path runs inside its pin, and each path gets the median of its own batches."""
+    import contextlib
+
+    from kernel import timing
+
+    monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: None)
+    order, inside = [], []
+    pinned = [False]
+
+    @contextlib.contextmanager
+    def pin():
+        pinned[0] = True
+        yield
+        pinned[0] = False
+
+    def path(name):
+        def call():
+            if not order or order[-1] != name:
+                order.append(name)
+            if name == "s":
+                inside.append(pinned[0])
+        return call
+
+    found = timing.host_us_together({"a": path("a"), "b": path("b"), "s": path("s")}, {"s": pin}, per_batch=3,
+                                    batches=4)
+    assert set(found) == {"a", "b", "s"} and all(us > 0 for us in found.values())
+    batches = order[3:]                  # after one warm call each
+    assert batches == ["a", "b", "s", "b", "s", "a", "s", "a", "b", "a", "b", "s"]
+    assert inside and all(inside), "a pinned path ran outside its pin"
