@@ -34,6 +34,7 @@ from kernel.launch import (
     direct_runner,
     hooks_busy,
     interpreting,
+    kept_scratch,
     sm_count,
     use_tma_allocator,
 )
@@ -247,10 +248,11 @@ class BwdPlan:
         preprocess(tensors)
         self.fork.record(main)
         self.side.wait_event(self.fork)
-        kv(tensors)         # first: its programs take the SMs, the dQ pass's fill in behind them
-        q_pass(tensors, self.side)
-        self.join.record(self.side)
-        main.wait_event(self.join)
+        with kept_scratch():    # the two kernels' TMA scratch apart until the join (kernel.launch)
+            kv(tensors)         # first: its programs take the SMs, the dQ pass's fill in behind them
+            q_pass(tensors, self.side)
+            self.join.record(self.side)
+            main.wait_event(self.join)
 
 
 _SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}

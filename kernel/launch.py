@@ -16,6 +16,7 @@ the plans. It imports nothing from ``tuner``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -239,9 +240,30 @@ def device_capability() -> int:
     return 10 * major + minor
 
 
+_KEPT_SCRATCH: list | None = None      # while kept_scratch() is open: every scratch given out, held
+
+
 def tma_scratch(size: int, alignment: int, stream) -> torch.Tensor:
     """Global scratch for device-side tensor descriptors (Triton asks for it per launch)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+    scratch = torch.empty(size, dtype=torch.int8, device="cuda")
+    if _KEPT_SCRATCH is not None:
+        _KEPT_SCRATCH.append(scratch)
+    return scratch
+
+
+@contextlib.contextmanager
+def kept_scratch():
+    """Hold every TMA scratch given out inside the block until it ends. Triton drops a launch's
+    scratch as the launch returns, so the caching allocator hands the same bytes to the next
+    launch's: harmless on one stream, a race between kernels on two (a dK/dV kernel beside its dQ
+    pass: in a replayed CUDA graph its descriptors were overwritten, dK and dV wrong). Close the
+    block after the streams are joined."""
+    global _KEPT_SCRATCH
+    outer, _KEPT_SCRATCH = _KEPT_SCRATCH, []
+    try:
+        yield
+    finally:
+        _KEPT_SCRATCH = outer
 
 
 def use_tma_allocator() -> None:

@@ -239,6 +239,20 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
             --storage "sqlite:///$R/gbwd.db" --out "$R/gbsweep" > "$R/gbsweep.log" 2>&1
           echo "gbsweep rc=$?"; grep -vE "^\[|^compiling" "$R/gbsweep.log" | tail -40
           cp "$R/gbsweep/configs/"*.py "$R/" 2>/dev/null;;
+    r3) R=$W/r3; mkdir -p "$R"   # the overlap fix in a graph; the forward's D=64 causal route; the backward sweep; tests
+        timeout 100 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py -k "overlap_gives" 2>&1 | tail -2
+        timeout 90 python3 scripts/diag_overlap.py 2>&1 | tail -8
+        timeout 150 python3 -m benchmarks.gluon --host --head-dim 64 --causal yes --host-n 256 --host-n 512 --host-n 1024 \
+          --host-n 2048 --markdown "$R/fwdhost64c.md" > "$R/fwdhost.log" 2>&1; echo "fwd host rc=$?"; tail -9 "$R/fwdhost.log"
+        timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_route.py tests/test_kernel.py \
+          > "$R/fwdtests.log" 2>&1; echo "fwd route+kernel tests rc=$?"; grep -E "FAILED|passed|failed" "$R/fwdtests.log" | tail -8
+        grep -E "^E " "$R/fwdtests.log" | head -6
+        /usr/bin/time -f "gbgrid wall %e s" timeout 240 python3 -m tuner.sweep --study hopper_gluon_bwd --gpu sm_90 \
+          --sampler grid --finalists 3 --rounds 3 --storage "sqlite:///$R/gbgrid.db" --out "$R/gbgrid" > "$R/gbgrid.log" 2>&1
+        echo "gbgrid rc=$?"; grep -vE "^\[|^compiling" "$R/gbgrid.log" | tail -32; cp "$R/gbgrid/configs/"*.py "$R/" 2>/dev/null
+        timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py tests/test_gluon_bwd_route.py \
+          > "$R/bwdtests.log" 2>&1; echo "bwd tests rc=$?"; grep -E "FAILED|passed|failed" "$R/bwdtests.log" | tail -8
+        grep -E "^E " "$R/bwdtests.log" | head -6;;
     *) echo "unknown stage $1";;
   esac
 }

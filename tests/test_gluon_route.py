@@ -127,9 +127,9 @@ def test_the_route_is_taken_exactly_where_the_table_says(routed, head_dim, causa
         assert routed == [(tuple(q.shape), causal, wanted)]
 
 
-def test_d64_stays_on_triton_and_d128_goes_to_ws_both_ways():
+def test_d128_and_d64_causal_go_to_ws_and_d64_stays_on_triton():
     """The measured rule (docs/results/2026-12-01-h200-gluon.md): a change here is a decision."""
-    assert route.GLUON_ROUTES == {(128, False): "ws", (128, True): "ws"}
+    assert route.GLUON_ROUTES == {(128, False): "ws", (128, True): "ws", (64, True): "ws"}
 
 
 def test_the_default_call_and_the_autograd_op_take_the_route(routed):
@@ -214,24 +214,25 @@ def spied(monkeypatch) -> list:
     return calls
 
 
-def _shaped(fresh_inputs, b, h, n_q, n_k, dtype=torch.bfloat16):
-    shape_q, shape_kv = ((b, n_q, 128), (b, n_k, 128)) if h is None else ((b, h, n_q, 128), (b, h, n_k, 128))
+def _shaped(fresh_inputs, b, h, n_q, n_k, dtype=torch.bfloat16, head_dim=128):
+    d = head_dim
+    shape_q, shape_kv = ((b, n_q, d), (b, n_k, d)) if h is None else ((b, h, n_q, d), (b, h, n_k, d))
     return fresh_inputs(shape_q, shape_kv, dtype, "cuda")
 
 
 @pytest.mark.gpu
 @needs_route
-@pytest.mark.parametrize("causal", [False, True])
-def test_the_default_call_at_d128_is_the_gluon_kernel_and_right(causal, spied, fresh_inputs, nan_outputs,
-                                                                assert_matches_reference):
+@pytest.mark.parametrize("head_dim, causal", sorted(route.GLUON_ROUTES))
+def test_every_routed_default_call_is_the_gluon_kernel_and_right(head_dim, causal, spied, fresh_inputs, nan_outputs,
+                                                                 assert_matches_reference):
     cases = SHAPES + [(2, 2, n, n) for n in LENGTHS] + [(1, 2, 1, 17), (1, 2, 17, 1), (1, 2, 65, 127)]
     for b, h, n_q, n_k in cases:
-        q, k, v, seed = _shaped(fresh_inputs, b, h, n_q, n_k)
+        q, k, v, seed = _shaped(fresh_inputs, b, h, n_q, n_k, head_dim=head_dim)
         out, lse = nan_outputs(q)
         before = len(spied)
         kernel.flash_attn_fwd(q, k, v, causal, out=out, lse=lse)
         assert spied[before:] == ["ws"], f"{(b, h, n_q, n_k)} did not run the Gluon kernel"
-        assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"default D=128 {(b, h, n_q, n_k)}")
+        assert_matches_reference(out, lse, q, k, v, causal, seed, label=f"default D={head_dim} {(b, h, n_q, n_k)}")
         returned, returned_lse = kernel.flash_attn_fwd(q, k, v, causal)        # outputs it allocates
         assert torch.equal(returned, out) and torch.equal(returned_lse, lse)
 
@@ -246,9 +247,9 @@ def test_float16_and_d64_take_their_routes(spied, fresh_inputs, nan_outputs, ass
     assert_matches_reference(out, lse, q, k, v, True, seed, label="fp16")
     q64, k64, v64, seed = fresh_inputs((2, 3, 333, 64), (2, 3, 517, 64), torch.bfloat16, "cuda")
     out, lse = nan_outputs(q64)
-    kernel.flash_attn_fwd(q64, k64, v64, True, out=out, lse=lse)
-    assert spied == ["ws"], "D=64 ran the Gluon kernel: the table says Triton"
-    assert_matches_reference(out, lse, q64, k64, v64, True, seed, label="D=64")
+    kernel.flash_attn_fwd(q64, k64, v64, False, out=out, lse=lse)
+    assert spied == ["ws"], "D=64 non-causal ran the Gluon kernel: the table says Triton"
+    assert_matches_reference(out, lse, q64, k64, v64, False, seed, label="D=64")
 
 
 @pytest.mark.gpu

@@ -202,3 +202,23 @@ def test_host_us_together_interleaves_the_paths_batches_and_pins_each_batch(monk
     batches = order[3:]                  # after one warm call each
     assert batches == ["a", "b", "s", "b", "s", "a", "s", "a", "b", "a", "b", "s"]
     assert inside and all(inside), "a pinned path ran outside its pin"
+
+
+def test_kept_scratch_holds_every_tma_scratch_until_the_block_ends(monkeypatch):
+    """Triton drops a launch's scratch as it returns; inside kept_scratch() (a dK/dV kernel beside its
+    dQ pass on another stream) each one is held until the block closes, nested blocks restoring the outer."""
+    from kernel import launch
+
+    monkeypatch.setattr(launch.torch, "empty", lambda size, dtype, device: torch.zeros(size, dtype=dtype))
+    assert launch._KEPT_SCRATCH is None
+    with launch.kept_scratch():
+        first = launch.tma_scratch(128, 64, None)
+        with launch.kept_scratch():
+            inner = launch.tma_scratch(64, 64, None)
+            assert launch._KEPT_SCRATCH == [inner]
+        second = launch.tma_scratch(256, 64, None)
+        assert [t.numel() for t in launch._KEPT_SCRATCH] == [128, 256] and launch._KEPT_SCRATCH[0] is first
+        assert launch._KEPT_SCRATCH[1] is second
+    assert launch._KEPT_SCRATCH is None
+    launch.tma_scratch(32, 64, None)          # outside any block: nothing held
+    assert launch._KEPT_SCRATCH is None
