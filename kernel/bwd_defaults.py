@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kernel.flash_bwd import BwdConfig
-from kernel.gluon_bwd_config import GluonBwdConfig
+from kernel.gluon_bwd_config import GLUON_BWD_DEFAULTS, GluonBwdConfig
 from kernel.launch import device_capability
 
 __all__ = ["GLUON_BWD_ROUTES", "HOPPER_BWD", "default_bwd_config"]
@@ -40,16 +40,13 @@ HOPPER_BWD = {
                            num_warps_q=8, num_stages_q=3, dq_mode="pass", tma=True, overlap=True),
 }
 
-# (head dim, causal) -> the Gluon backward's config of a default call on sm_90 with Triton 3.6.
-# On the H200 (bf16, B4 H8 N4096, docs/results/2026-12-01-h200-gluon-backward.md) these ran at
-# 1.04x / 1.26x (D=64) and 1.27x / 1.39x (D=128, two consumer warpgroups) the Triton backward's
-# default, non-causal / causal: every head dim the Gluon backward has takes the route.
+# (head dim, causal) -> the Gluon backward's config of a default call on sm_90 with Triton 3.6: its
+# defaults (kernel.gluon_bwd_config.GLUON_BWD_DEFAULTS). On the H200 (bf16, B4 H8 N4096, paired with
+# SDPA-cuDNN; docs/results/2026-12-01-h200-backward-default.md) they ran at 1.05x / 1.19x (D=64) and
+# 1.40x / 1.39x (D=128) the Triton backward's default, non-causal / causal: every pair the Gluon
+# backward has takes the route.
 GLUON_BWD_ROUTES: dict[tuple[int, bool], GluonBwdConfig] = {
-    (64, False): GluonBwdConfig(64, num_stages=3, dq_bufs=2, consumer_regs=232),
-    (64, True): GluonBwdConfig(64, num_stages=3, dq_bufs=2, consumer_regs=232),
-    (128, False): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumers=2, consumer_regs=240),
-    (128, True): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumers=2, consumer_regs=240),
-}
+    key: GLUON_BWD_DEFAULTS[key] for key in ((64, False), (64, True), (128, False), (128, True))}
 
 
 def default_bwd_config(head_dim: int, causal: bool = False, capability: int | None = None,

@@ -85,14 +85,16 @@ class GluonBwdConfig:
         return found
 
 
-# Defaults per (head_dim, causal): by shared memory and registers (cross-compiled, no spills), not
-# yet timed. D=64: 232 registers keep the launch at 128 per thread, so two programs fit an SM
-# (2 x 256 threads x 128 registers; 2 x 97 KB of shared memory). D=128: one program per SM.
+# Defaults per (head_dim, causal), the H200's winners (bf16, B4 H8 N4096; `python -m benchmarks.bwd_gluon`
+# and the grid of studies/hopper_gluon_bwd.toml agree, docs/results/2026-12-01-h200-backward-default.md):
+# D=64 three Q/dO stages (232 consumer registers keep the launch at 128 per thread); D=128 two consumer
+# warpgroups over a 128-key tile, which halves dQ's reduce traffic (1.45x one consumer). Each
+# cross-compiles for sm_90 without spills; the default backward call runs these (kernel.bwd_defaults).
 GLUON_BWD_DEFAULTS = {
-    (64, False): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumer_regs=232),
-    (64, True): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumer_regs=232),
-    (128, False): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumer_regs=240),
-    (128, True): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumer_regs=240),
+    (64, False): GluonBwdConfig(64, num_stages=3, dq_bufs=2, consumer_regs=232),
+    (64, True): GluonBwdConfig(64, num_stages=3, dq_bufs=2, consumer_regs=232),
+    (128, False): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumers=2, consumer_regs=240),
+    (128, True): GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumers=2, consumer_regs=240),
 }
 
 

@@ -253,6 +253,13 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
         timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py tests/test_gluon_bwd_route.py \
           > "$R/bwdtests.log" 2>&1; echo "bwd tests rc=$?"; grep -E "FAILED|passed|failed" "$R/bwdtests.log" | tail -8
         grep -E "^E " "$R/bwdtests.log" | head -6;;
+    final) R=$W/final; mkdir -p "$R"   # the Gluon backward's tests at its measured defaults, then the wider GPU tests
+           timeout 190 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_bwd.py > "$R/gbwd.log" 2>&1
+           echo "gluon bwd tests rc=$?"; grep -E "FAILED|passed|failed" "$R/gbwd.log" | tail -6; grep -E "^E " "$R/gbwd.log" | head -4
+           timeout 140 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_bad_kernel_inputs.py tests/test_tma_layouts.py \
+             tests/test_timing.py tests/test_emit.py tests/test_bad_inputs.py tests/test_budget.py tests/test_backward_layouts.py \
+             -k "not verdicts_hold" > "$R/wide.log" 2>&1; echo "wide tests rc=$? (124: cut at 140 s)"
+           grep -E "FAILED|passed|failed" "$R/wide.log" | tail -8; grep -E "^E " "$R/wide.log" | head -4;;
     *) echo "unknown stage $1";;
   esac
 }
