@@ -227,9 +227,6 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
           timeout ${TESTS_S:-420} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_bwd.py tests/test_backward.py \
             tests/test_kernel.py > "$R/widetests.log" 2>&1; echo "wide tests rc=$?"
           grep -E "FAILED|ERROR|passed|failed" "$R/widetests.log" | tail -14; grep -E "^E " "$R/widetests.log" | head -10;;
-    diag) R=$W/r22; mkdir -p "$R"
-          timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py -k "overlap_gives" 2>&1 | tail -3
-          timeout 150 python3 scripts/diag_overlap.py 2>&1 | tail -12;;
     r22d) R=$W/r22; mkdir -p "$R"   # the D=128 causal field cases (default overlap off with dq_mode atomic/tma)
           timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py -k "real_size and 128-True" \
             > "$R/fieldtests.log" 2>&1; echo "field tests rc=$?"; grep -E "FAILED|passed|failed" "$R/fieldtests.log" | tail -6;;
@@ -241,7 +238,6 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
           cp "$R/gbsweep/configs/"*.py "$R/" 2>/dev/null;;
     r3) R=$W/r3; mkdir -p "$R"   # the overlap fix in a graph; the forward's D=64 causal route; the backward sweep; tests
         timeout 100 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_backward.py -k "overlap_gives" 2>&1 | tail -2
-        timeout 90 python3 scripts/diag_overlap.py 2>&1 | tail -8
         timeout 150 python3 -m benchmarks.gluon --host --head-dim 64 --causal yes --host-n 256 --host-n 512 --host-n 1024 \
           --host-n 2048 --markdown "$R/fwdhost64c.md" > "$R/fwdhost.log" 2>&1; echo "fwd host rc=$?"; tail -9 "$R/fwdhost.log"
         timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_route.py tests/test_kernel.py \
