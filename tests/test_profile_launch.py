@@ -10,8 +10,7 @@ import torch
 
 from tuner import kernels
 from tuner.problem import Problem
-from tuner.profile._launch import _call
-from tuner.profile._ncu import Target
+from tuner.profile import Target, launch_call
 
 PROBLEM = Problem(1, 2, 40, 24, 16, "fp32", True)
 
@@ -28,7 +27,7 @@ def test_ours_on_a_backward_kernel_runs_the_backward():
     config = kernel.config_type.parse("16x16_w1_s1_q16x16_w1_s1")
     tensors = _nan_filled(kernel, ("dq", "dk", "dv"))
     out_before = tensors["out"].clone()
-    _call(kernel, "ours", tensors, PROBLEM, config.as_kwargs())()
+    launch_call(kernel, "ours", tensors, PROBLEM, config.as_kwargs())()
     assert not any(tensors[name].isnan().any() for name in ("dq", "dk", "dv")), "the backward did not run"
     assert torch.equal(tensors["out"], out_before), "the profiled call ran a forward"
 
@@ -37,7 +36,7 @@ def test_ours_on_a_forward_kernel_runs_the_forward_into_the_given_outputs():
     kernel = kernels.get("triton", "fwd")
     config = kernel.config_type.parse("16x16_w1_s1")
     tensors = _nan_filled(kernel, ("out", "lse"))
-    _call(kernel, "ours", tensors, PROBLEM, config.as_kwargs())()
+    launch_call(kernel, "ours", tensors, PROBLEM, config.as_kwargs())()
     assert not tensors["out"].isnan().any() and not tensors["lse"].isnan().any()
 
 

@@ -22,7 +22,7 @@ _EXPORTS = {
     "METRICS": "_metrics", "KernelCounters": "_metrics", "NcuOutputError": "_metrics", "ProfileError": "_metrics",
     "metrics_argument": "_metrics", "parse_raw_csv": "_metrics", "pick_kernel": "_metrics",
     "KINDS": "_ncu", "KIND_LABELS": "tuner.counters", "CountersNotPermitted": "_ncu", "NcuMissing": "_ncu",
-    "Target": "_ncu", "command": "_ncu",
+    "Target": "_ncu", "command": "_ncu", "launch_call": "_launch",
     "find_ncu": "_ncu", "interpret": "_ncu", "ncu_version": "_ncu", "profile": "_ncu",
     "bound": "tuner.counters", "display_order": "tuner.counters", "kernel_label": "tuner.counters",
     "stalls_of": "tuner.counters", "verdict": "tuner.counters",

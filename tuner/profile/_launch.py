@@ -22,7 +22,7 @@ import sys
 TARGETS = ("ours", "flash", "cudnn")
 
 
-def _call(kernel, target: str, tensors: dict, problem, config: dict):
+def launch_call(kernel, target: str, tensors: dict, problem, config: dict):
     """The target's one call on ``tensors``, as the tuner times it."""
     if target == "ours":
         return kernel.call(kernel.config_type(**config), tensors, problem)
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
         return 2
     kernel = kernels.get(request.get("kernel", kernels.DEFAULT_KERNEL), request.get("pass", kernels.DEFAULT_PASS))
     tensors = kernel.inputs(shape, "cuda", torch.Generator(device="cuda").manual_seed(0))
-    call = _call(kernel, target, tensors, shape, request.get("config") or {})
+    call = launch_call(kernel, target, tensors, shape, request.get("config") or {})
     call()                                   # compile, pick the backend's kernel, warm the caches
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
