@@ -1,11 +1,36 @@
-"""The verdict of a Gluon kernel's smoke run in a subprocess (tests/test_gluon.py, tests/test_gluon_bwd.py):
-each GPU test file runs its kernel's smoke cases first, with a timeout, so that a kernel that
-deadlocks on its barriers fails its tests at once, naming the case, instead of hanging the suite."""
+"""The Gluon kernels' tests' subprocesses (tests/test_gluon.py, tests/test_gluon_bwd.py).
+
+* :func:`smoke_verdict`: each GPU test file runs its kernel's smoke cases first, with a timeout,
+  so that a kernel that deadlocks on its barriers fails its tests at once, naming the case,
+  instead of hanging the suite.
+* :func:`cross_compile_in_processes`: the compile tests' cross-compiles, outside Triton's
+  interpreter (the CPU tests run under TRITON_INTERPRET=1, which Gluon's compiler cannot work under).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cross_compile_in_processes(module: str, payload: list, extra_env: dict | None = None) -> list:
+    """``python -m <module>`` (a cross-compiler reading JSON cases on stdin) on ``payload``, split over
+    up to 4 processes: its reports, in the payload's order."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"} | (extra_env or {})
+    workers = max(1, min(4, os.cpu_count() or 1, len(payload)))
+    chunks = [payload[i::workers] for i in range(workers)]
+    runs = [subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+            for _ in chunks]
+    outputs = [run.communicate(json.dumps(chunk), timeout=900) for run, chunk in zip(runs, chunks)]
+    for run, (_, stderr) in zip(runs, outputs):
+        assert run.returncode == 0, stderr[-4000:]
+    reports = [json.loads(stdout) for stdout, _ in outputs]
+    return [reports[i % workers][i // workers] for i in range(len(payload))]
 
 
 def smoke_verdict(run: subprocess.Popen, timeout_s: float, shown: int = 1) -> str | None:

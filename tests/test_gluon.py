@@ -21,7 +21,7 @@ from dataclasses import asdict
 
 import pytest
 import torch
-from gluon_smoke import smoke_verdict
+from gluon_smoke import cross_compile_in_processes, smoke_verdict
 
 from kernel.flash_fwd_gluon import (
     SMEM_LIMIT,
@@ -81,22 +81,7 @@ def compiled() -> dict:
     cases = _compile_cases()
     payload = [dict(config=asdict(config), head_dim=d, causal=causal, n_q=n, n_k=n)
                for config, d, causal, n in cases.values()]
-    return dict(zip(cases, _cross_compile_in_processes(payload)))
-
-
-def _cross_compile_in_processes(payload: list, extra_env: dict | None = None) -> list:
-    """``python -m kernel.gluon_compile`` on ``payload``, split over up to 4 processes."""
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"} | (extra_env or {})
-    workers = max(1, min(4, os.cpu_count() or 1, len(payload)))
-    chunks = [payload[i::workers] for i in range(workers)]
-    runs = [subprocess.Popen([sys.executable, "-m", "kernel.gluon_compile"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-            for _ in chunks]
-    outputs = [run.communicate(json.dumps(chunk), timeout=900) for run, chunk in zip(runs, chunks)]
-    for run, (_, stderr) in zip(runs, outputs):
-        assert run.returncode == 0, stderr[-4000:]
-    reports = [json.loads(stdout) for stdout, _ in outputs]
-    return [reports[i % workers][i // workers] for i in range(len(payload))]
+    return dict(zip(cases, cross_compile_in_processes("kernel.gluon_compile", payload)))
 
 
 def _ok(report: dict) -> dict:
@@ -159,7 +144,8 @@ def test_both_variants_compile_under_consan():
     """The GPU's ConSan run needs the instrumented binaries, which compile here too."""
     payload = [dict(config=dict(variant=variant, persistent=1), head_dim=64, causal=True, n_q=200, n_k=200)
                for variant in VARIANTS]
-    for report in _cross_compile_in_processes(payload, dict(TRITON_INSTRUMENTATION_MODE="consan")):
+    consan = dict(TRITON_INSTRUMENTATION_MODE="consan")
+    for report in cross_compile_in_processes("kernel.gluon_compile", payload, consan):
         _ok(report)
         if report["resources"]:
             assert report["resources"]["STACK"] > 0, "not instrumented (ConSan keeps its state on the stack)"

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from dataclasses import asdict
 
 import pytest
 import torch
-from gluon_smoke import smoke_verdict
+from gluon_smoke import cross_compile_in_processes, smoke_verdict
 
 from kernel.flash_bwd_gluon import GluonUnavailable, flash_attn_bwd_gluon, gluon_api_support, gluon_bwd_support
 from kernel.gluon_bwd_config import GLUON_BWD_DEFAULTS, GluonBwdConfig
@@ -75,17 +74,7 @@ def compiled() -> dict:
     cases = _compile_cases()
     payload = [dict(config=asdict(config), head_dim=d, causal=causal, n_q=n_q, n_k=n_k)
                for config, d, causal, n_q, n_k in cases.values()]
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    workers = max(1, min(4, os.cpu_count() or 1, len(payload)))
-    chunks = [payload[i::workers] for i in range(workers)]
-    runs = [subprocess.Popen([sys.executable, "-m", "kernel.gluon_bwd_compile"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-            for _ in chunks]
-    outputs = [run.communicate(json.dumps(chunk), timeout=900) for run, chunk in zip(runs, chunks)]
-    for run, (_, stderr) in zip(runs, outputs):
-        assert run.returncode == 0, stderr[-4000:]
-    reports = [json.loads(stdout) for stdout, _ in outputs]
-    return dict(zip(cases, [reports[i % workers][i // workers] for i in range(len(payload))]))
+    return dict(zip(cases, cross_compile_in_processes("kernel.gluon_bwd_compile", payload)))
 
 
 def _ok(report: dict) -> dict:
