@@ -46,8 +46,7 @@ import triton
 
 from kernel.gluon_checks import tma_strides
 from kernel.gluon_config import GluonConfig
-from kernel.launch import current_device, current_stream, direct_runner, hooks_busy, sm_count
-from kernel.overlap import OverlapCheck
+from kernel.launch import PlanTensors, current_device, current_stream, direct_runner, hooks_busy, sm_count
 
 __all__ = ["DESCRIPTOR_ARGS", "MAP_LIMIT", "DescriptorArgs", "DescriptorTemplate", "GluonLaunchPlan", "direct_parts",
            "grid_for", "on_device", "unwrap_descriptor_launch"]
@@ -164,7 +163,7 @@ def on_device(device: torch.device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-class GluonLaunchPlan:
+class GluonLaunchPlan(PlanTensors):
     """One call signature of the Gluon forward, worked out once from checked inputs; calling it runs the kernel.
 
     Args:
@@ -185,20 +184,13 @@ class GluonLaunchPlan:
                  cache_maps: bool = True):
         self.causal, self.config, self.arguments = causal, config, arguments
         self.direct, self.cache_maps = direct, cache_maps
-        self.out_shape, self.lse_shape = tuple(q.shape), tuple(q.shape[:-1])
-        self.dtype, self.device, self._device_index = q.dtype, q.device, q.device.index
-        # Inputs with a non-unit last stride are copied on every call (TMA reads rows).
-        self.copy_inputs = not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1)
+        super().__init__(q, k, v, out, lse, out_may_be_q=True)      # a program loads its query rows first
         self.unsqueeze = q.ndim == 3
         batch, heads, n_q = q.shape[0], 1 if q.ndim == 3 else q.shape[1], q.shape[-2]
         self.grid = None if batch * heads * n_q == 0 else grid_for(config, batch * heads, n_q, q.device)
         self.no_keys = k.shape[-2] == 0
         if self.grid is not None and not self.no_keys:
             self._check_tma(q, k, v, out)
-        # Given outputs must not share memory with q, k, v (checked per call: the key holds no pointers).
-        # out may be q itself: each program loads a query tile's rows before it stores them, and no
-        # other program touches them.
-        self._apart = OverlapCheck((("out", out), ("lse", lse)), (("q", q), ("k", k), ("v", v)), {("out", "q")})
         self.compiled = self.mode = self._run = None
         self._head = self._scalars = self._maps = self._templates = ()
 
@@ -210,14 +202,7 @@ class GluonLaunchPlan:
                 tma_strides(name, t.unsqueeze(1) if self.unsqueeze else t)
 
     def __call__(self, q, k, v, out=None, lse=None):
-        if out is not None or lse is not None:
-            self._apart(out, lse, q, k, v)
-        if self.copy_inputs:
-            q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-        if out is None:
-            out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
-        if lse is None:
-            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        q, k, v, out, lse = self._tensors(q, k, v, out, lse)
         if self.grid is None:
             return out, lse
         if self.no_keys:                          # every row is empty

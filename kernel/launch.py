@@ -142,7 +142,34 @@ def current_device() -> int:
     return _current_device()
 
 
-class LaunchPlan:
+class PlanTensors:
+    """What both forward plans (this module's :class:`LaunchPlan`, ``kernel.gluon_launch.GluonLaunchPlan``)
+    do with a call's tensors, worked out from the first call's: the given outputs checked apart from
+    q, k and v (per call: the key holds no pointers; ``out_may_be_q``: a kernel where each program
+    loads its query rows before it stores them, and no other program touches them), inputs with a
+    non-unit last stride copied (the kernels read rows), the outputs not given allocated."""
+
+    def __init__(self, q, k, v, out, lse, out_may_be_q: bool):
+        self.out_shape, self.lse_shape = tuple(q.shape), tuple(q.shape[:-1])
+        self.dtype, self.device, self._device_index = q.dtype, q.device, q.device.index
+        self.copy_inputs = not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1)
+        self._apart = OverlapCheck((("out", out), ("lse", lse)), (("q", q), ("k", k), ("v", v)),
+                                   {("out", "q")} if out_may_be_q else ())
+
+    def _tensors(self, q, k, v, out, lse) -> tuple:
+        """(q, k, v, out, lse) as the kernel takes them this call."""
+        if out is not None or lse is not None:
+            self._apart(out, lse, q, k, v)
+        if self.copy_inputs:
+            q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        if out is None:
+            out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+        if lse is None:
+            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        return q, k, v, out, lse
+
+
+class LaunchPlan(PlanTensors):
     """One launch layout, worked out once from checked inputs; calling it runs the kernel.
 
     Attributes:
@@ -159,10 +186,8 @@ class LaunchPlan:
         batch, heads = q.shape[0], 1 if q.ndim == 3 else q.shape[1]
         n_q, n_k, head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
         self.kernel, self.launch, self.causal, self.spec = kernel, launch, causal, spec
-        self.out_shape, self.lse_shape = tuple(q.shape), tuple(q.shape[:-1])
-        self.dtype, self.device = q.dtype, q.device
-        # Inputs with a non-unit last stride are copied on every call (the kernel reads rows).
-        self.copy_inputs = not (q.stride(-1) == k.stride(-1) == v.stride(-1) == 1)
+        # out may be q itself under a fixed config; not under an autotuner, which reruns the kernel.
+        super().__init__(q, k, v, out, lse, out_may_be_q=bool(launch))
         strides = [t.stride() if t.stride(-1) == 1 else _contiguous_strides(t.shape) for t in (q, k, v)]
         o_strides = out.stride() if out is not None else _contiguous_strides(q.shape)
         self.shape = LaunchShape(batch, heads, n_q, n_k, head_dim, *(_row_strides(q.shape, s) for s in strides),
@@ -172,12 +197,6 @@ class LaunchPlan:
         self.grid = None if batch * heads * n_q == 0 else (
             self._grid(block_m, launch.get("PERSISTENT", 0)) if block_m else (None, batch * heads))
         self.compiled = self._run = self.scalars = None
-        self._device_index = q.device.index
-        # Given outputs must not share memory with q, k, v (checked per call: the key holds no pointers).
-        # out may be q itself under a fixed config: each program loads its query rows before it stores
-        # them, and no other program touches them. Not under an autotuner, which reruns the kernel.
-        self._apart = OverlapCheck((("out", out), ("lse", lse)), (("q", q), ("k", k), ("v", v)),
-                                   {("out", "q")} if launch else ())
 
     def _grid(self, block_m: int, persistent: int) -> tuple[int, int]:
         """A program per (query tile, batch x head), or ``persistent`` programs per SM."""
@@ -187,14 +206,7 @@ class LaunchPlan:
         return tiles, heads
 
     def __call__(self, q, k, v, out=None, lse=None):
-        if out is not None or lse is not None:
-            self._apart(out, lse, q, k, v)
-        if self.copy_inputs:
-            q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-        if out is None:
-            out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
-        if lse is None:
-            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+        q, k, v, out, lse = self._tensors(q, k, v, out, lse)
         grid, run = self.grid, self._run
         if grid is None:
             return out, lse
