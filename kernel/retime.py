@@ -237,18 +237,17 @@ def time_together(calls: Mapping[str, Sequence[Callable[[], object]]], pins: Map
     (:func:`adaptive_rounds` with its stopping rules off, no pairing). Timed one after another
     instead, two rows of one kernel and config once came out 10% apart in one run.
     ``pins``: name -> the SDPA backend's pin its calls are captured under."""
-    captured = {name: Candidate(c, (pins or {}).get(name)) for name, c in calls.items()}
-    measured = adaptive_rounds(captured, list(captured), (), (300.0, 50.0, rounds, rounds))
-    return {name: statistics.median(s.ms for s in samples) for name, samples in measured.samples.items()}
+    return paired_together(calls, pins, None, rounds)[0]
 
 
 def paired_together(calls: Mapping[str, Sequence[Callable[[], object]]], pins: Mapping | None = None,
-                    reference: str = "cudnn", rounds: int = TOGETHER_ROUNDS) -> tuple[dict, dict]:
-    """:func:`time_together` with each candidate's replays alternating with ``reference``'s (an SDPA
-    backend among ``calls``) in every window: (name -> median ms, name -> median of its windows'
-    reference ms / own ms, above 1 faster than the reference). A bar stated against SDPA is judged
-    on the second: two rows of one kernel timed together unpaired came out 4-8% apart on the H200
-    (clock wandering under its power cap), the paired ratio's spread was 0.5% (issue 24)."""
+                    reference: str | None = "cudnn", rounds: int = TOGETHER_ROUNDS) -> tuple[dict, dict]:
+    """The rounds of :func:`time_together`, each candidate's replays alternating with ``reference``'s
+    (an SDPA backend among ``calls``; None or absent: no pairing) in every window: (name -> median
+    ms, name -> median of its windows' reference ms / own ms, above 1 faster than the reference).
+    A bar stated against SDPA is judged on the second: two rows of one kernel timed together unpaired
+    came out 4-8% apart on the H200 (clock wandering under its power cap), the paired ratio's spread
+    was 0.5% (issue 24)."""
     captured = {name: Candidate(c, (pins or {}).get(name)) for name, c in calls.items()}
     others = [name for name in captured if name != reference]
     measured = adaptive_rounds(captured, others, [reference] if reference in captured else [],

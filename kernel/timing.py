@@ -260,16 +260,7 @@ def host_us(call: Callable[[], object], calls: int = 100, batches: int = 5) -> f
     The median of ``batches`` such runs; the GPU's own time does not enter as long as
     its queue does not fill (a few hundred launches).
     """
-    call()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(batches):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
+    return host_us_together({"call": call}, per_batch=calls, batches=batches)["call"]
 
 
 def host_us_together(calls: dict[str, Callable[[], object]], pins: dict | None = None, per_batch: int = 100,
