@@ -7,8 +7,8 @@ takes as they are (its own checks are asked, the device's aside; [B, N, D] input
 [B, 1, N, D]). Every other call, and inputs the Gluon launcher would refuse (fp32, a head dim it
 lacks, a layout TMA cannot read), run the Triton kernels (:mod:`kernel.bwd_launch`) rather than
 erroring. The route is asked once per input layout, after the Triton launcher's own checks, and
-the plan cache keeps its answer (:func:`kernel.bwd_launch.bwd_plan_for`): it costs nothing on
-later calls.
+the plan cache keeps its answer under a key without a config (:func:`_default_plan`): a later
+default call costs the key and the plan's launch, no config and no route.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from dataclasses import asdict, replace
 import torch
 
 from kernel.bwd_defaults import GLUON_BWD_ROUTES, default_bwd_config
-from kernel.bwd_launch import _tma_misfit, bwd_plan_for
+from kernel.bwd_launch import _plan_key, _tma_misfit, bwd_plan_for, make_bwd_plan
 from kernel.flash_bwd import BwdConfig
 from kernel.gluon_bwd_config import GluonBwdConfig
 from kernel.gluon_route import capability_of, route_reason
+from kernel.launch import cached_plan
 
 __all__ = ["GluonBwdRoute", "backward_route_reason", "bwd_refusal", "flash_attn_bwd", "gluon_bwd_plan"]
 
@@ -130,14 +131,11 @@ def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     Raises:
         TypeError, ValueError: a bad input or config; the message names it.
     """
-    route = gluon_bwd_plan if config is None and not fields else None
+    grads = (dq, dk, dv)
+    if config is None and not fields:
+        return _default_plan(dout, q, k, v, out, lse, causal, grads)(dout, q, k, v, out, lse, dq, dk, dv)
     if config is None:
-        shaped = isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
-        config = default_bwd_config(q.shape[-1] if shaped else 64, causal, None if not shaped or q.is_cuda else 0,
-                                    (q.shape[-2], k.shape[-2]) if shaped else None)
-        if (config.tma or config.dq_mode == "tma") and (not isinstance(dout, torch.Tensor) or _tma_misfit(
-                (("q", q), ("k", k), ("v", v), ("dout", dout)))):
-            config = replace(config, tma=False, dq_mode="pass")     # the defaults never refuse a layout
+        config = _default_config(dout, q, k, v, causal)
         if "block_m" in fields and "block_m_q" not in fields:
             fields["block_m_q"] = fields["block_m"]
         if "block_n" in fields and "block_n_q" not in fields:
@@ -153,5 +151,30 @@ def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
             raise TypeError(f"flash_attn_bwd got unknown config field {unknown[0]!r}; fields: "
                             f"{', '.join(BwdConfig.__dataclass_fields__)}")
         config = replace(config, **fields)
-    plan = bwd_plan_for(config, dout, q, k, v, out, lse, causal, (dq, dk, dv), route)
-    return plan(dout, q, k, v, out, lse, dq, dk, dv)
+    return bwd_plan_for(config, dout, q, k, v, out, lse, causal, grads)(dout, q, k, v, out, lse, dq, dk, dv)
+
+
+def _default_config(dout, q, k, v, causal) -> BwdConfig:
+    """The Triton backward's default for this call; TMA dropped where these tensors do not suit it."""
+    shaped = isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+    config = default_bwd_config(q.shape[-1] if shaped else 64, causal, None if not shaped or q.is_cuda else 0,
+                                (q.shape[-2], k.shape[-2]) if shaped else None)
+    if (config.tma or config.dq_mode == "tma") and (not isinstance(dout, torch.Tensor) or _tma_misfit(
+            (("q", q), ("k", k), ("v", v), ("dout", dout)))):
+        config = replace(config, tma=False, dq_mode="pass")     # the defaults never refuse a layout
+    return config
+
+
+DEFAULT_CALL = "default backward call"      # the config slot of a default call's plan key
+
+
+def _default_plan(dout, q, k, v, out, lse, causal, grads):
+    """A call naming no config: its plan kept under a key without one (the key holds everything the
+    default config, its TMA fit and the route depend on: shapes, strides, dtypes, devices, alignment),
+    so the default config and the route are worked out on first sight only."""
+    try:
+        key = _plan_key(DEFAULT_CALL, causal, (dout, q, k, v, out, lse, *grads))
+    except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
+        key = None
+    return cached_plan(key, lambda: make_bwd_plan(_default_config(dout, q, k, v, causal), dout, q, k, v, out, lse,
+                                                  causal, grads, gluon_bwd_plan))

@@ -285,30 +285,31 @@ def _check_grads(grads, q, k, v) -> None:
                              f"{tuple(given.shape) if isinstance(given, torch.Tensor) else type(given).__name__}")
 
 
-def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads=(None, None, None),
-                 route=None) -> BwdPlan:
-    """The cached plan for this call, made (and every input checked) on first sight. ``route``: for a
-    call that named no config, ``route(dout, q, k, v, out, lse, causal, grads)`` is asked after the
-    checks, and a plan it returns is kept instead (:func:`kernel.backward.gluon_bwd_plan`)."""
+def make_bwd_plan(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads=(None, None, None),
+                  route=None) -> BwdPlan:
+    """A plan for this call, every input checked. ``route``: asked after the checks as
+    ``route(dout, q, k, v, out, lse, causal, grads)``, and a plan it returns is the plan instead
+    (a default call's: :func:`kernel.backward.gluon_bwd_plan`)."""
+    checked = check_bwd_inputs(dout, q, k, v, out, lse, causal, config)
+    _check_grads(grads, q, k, v)
+    routed = None if route is None else route(dout, q, k, v, out, lse, causal, grads)
+    if routed is not None:
+        return routed
+    if checked.tma or checked.dq_mode == "tma":
+        use_tma_allocator()
+    plan = BwdPlan(checked, q, k, v, dout, out, causal)
+    # Given gradients may share memory with no input and no other gradient (checked per call: the
+    # key holds no pointers). Even dq = q: with overlap=True the dQ pass writes dq beside the dK/dV kernel,
+    # which still reads every q tile.
+    plan.apart = OverlapCheck(zip(("dq", "dk", "dv"), grads),
+                              (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)))
+    return plan
+
+
+def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads=(None, None, None)) -> BwdPlan:
+    """The cached plan for this call, made (and every input checked) on first sight."""
     try:
-        key = _plan_key(config if route is None else ("default", config), causal, (dout, q, k, v, out, lse, *grads))
+        key = _plan_key(config, causal, (dout, q, k, v, out, lse, *grads))
     except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
         key = None
-
-    def make() -> BwdPlan:
-        checked = check_bwd_inputs(dout, q, k, v, out, lse, causal, config)
-        _check_grads(grads, q, k, v)
-        routed = None if route is None else route(dout, q, k, v, out, lse, causal, grads)
-        if routed is not None:
-            return routed
-        if checked.tma or checked.dq_mode == "tma":
-            use_tma_allocator()
-        plan = BwdPlan(checked, q, k, v, dout, out, causal)
-        # Given gradients may share memory with no input and no other gradient (checked per call: the
-        # key holds no pointers). Even dq = q: with overlap=True the dQ pass writes dq beside the dK/dV kernel,
-        # which still reads every q tile.
-        plan.apart = OverlapCheck(zip(("dq", "dk", "dv"), grads),
-                                  (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)))
-        return plan
-
-    return cached_plan(key, make)
+    return cached_plan(key, lambda: make_bwd_plan(config, dout, q, k, v, out, lse, causal, grads))

@@ -105,11 +105,28 @@ def test_the_routes_are_the_measured_ones():
 
 @pytest.mark.parametrize("named", [dict(config=kernel.default_bwd_config(128, False, 90)), dict(block_m=64),
                                    dict(num_stages=2), dict(dq_mode="atomic"), dict(persistent=1)])
-def test_a_named_config_or_field_keeps_the_triton_kernels(routed, monkeypatch, named):
-    seen = []
-    monkeypatch.setattr(backward, "bwd_plan_for", lambda config, *a: seen.append(a[-1]) or (lambda *a: None))
+def test_a_named_config_or_field_keeps_the_triton_kernels(routed, named):
     kernel.flash_attn_bwd(*_args((1, 2, 16, 128), (1, 2, 16, 128)), False, **named)
-    assert seen == [None], "a call naming a config or field was offered the route"
+    (plan,) = _plans()
+    assert isinstance(plan, BwdPlan) and routed == [], "a call naming a config or field took the route"
+
+
+def test_a_default_call_works_its_config_and_route_out_once_per_layout(routed, monkeypatch):
+    """Later default calls with the same layout find the plan by a key alone (no default config, no route)."""
+    import kernel.bwd_defaults as defaults
+
+    asked = []
+    real = backward.default_bwd_config
+    monkeypatch.setattr(backward, "default_bwd_config", lambda *a: asked.append(a) or real(*a))
+    args = _args((1, 2, 16, 64), (1, 2, 16, 64))
+    for _ in range(3):
+        kernel.flash_attn_bwd(*args, True)
+    assert len(asked) == 1 and len(routed) == 3 and defaults.GLUON_BWD_ROUTES[(64, True)]
+    fresh = _args((1, 2, 16, 64), (1, 2, 16, 64))           # another call of the same layout: the same plan
+    kernel.flash_attn_bwd(*fresh, True)
+    assert len(asked) == 1 and len(routed) == 4
+    kernel.flash_attn_bwd(*_args((1, 2, 17, 64), (1, 2, 16, 64)), True)       # another layout: worked out anew
+    assert len(asked) == 2
 
 
 def _misaligned(shape, dtype=torch.float16):
