@@ -256,6 +256,22 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
              tests/test_timing.py tests/test_emit.py tests/test_bad_inputs.py tests/test_budget.py tests/test_backward_layouts.py \
              -k "not verdicts_hold" > "$R/wide.log" 2>&1; echo "wide tests rc=$? (124: cut at 140 s)"
            grep -E "FAILED|passed|failed" "$R/wide.log" | tail -8; grep -E "^E " "$R/wide.log" | head -4;;
+    a31) R=$W/a31; mkdir -p "$R"   # the launch-path refactors and the default backward's plan key on the GPU; host µs; the backward's profile
+         timeout ${TESTS_S:-300} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_plan.py tests/test_gluon_route.py \
+           tests/test_kernel.py tests/test_gluon_bwd_route.py tests/test_gluon_bwd_plan.py tests/test_autograd_gluon.py \
+           > "$R/tests.log" 2>&1; echo "tests rc=$?"; grep -E "FAILED|passed|failed" "$R/tests.log" | tail -8; grep -E "^E " "$R/tests.log" | head -6
+         timeout 200 python3 -m benchmarks.bwd_gluon --host --markdown "$R/host.md" > "$R/host.log" 2>&1
+         echo "bwd host rc=$?"; tail -12 "$R/host.log"
+         cp .cache/carry/gbgrid.db "$R/gbgrid.db"
+         /usr/bin/time -f "profile wall %e s" timeout 300 python3 -m tuner.profile --study hopper_gluon_bwd --gpu sm_90 --top 1 \
+           --storage "sqlite:///$R/gbgrid.db" --markdown "$R/prof_gbwd.md" --no-outputs > "$R/prof.log" 2>&1
+         echo "profile rc=$?"; tail -30 "$R/prof.log";;
+    g31) R=$W/g31; mkdir -p "$R"   # issue 24: the grids the quality replay needs (every config of article and hopper_knobs)
+         for st in article hopper_knobs; do
+           /usr/bin/time -f "$st grid wall %e s" timeout 900 python3 -m tuner.sweep --study $st --gpu sm_90 --sampler grid \
+             --finalists 0 --no-outputs --storage "sqlite:///$R/$st.db" > "$R/$st.log" 2>&1
+           echo "$st grid rc=$?"; grep -vE "^\[|^compiling" "$R/$st.log" | tail -6
+         done;;
     *) echo "unknown stage $1";;
   esac
 }
