@@ -57,6 +57,30 @@ def recorded_store(path: Path, folder: str) -> str:
     return db.url
 
 
+def save_recorded(url: str, study: str, path: Path) -> int:
+    """Write the store's runs and result rows of ``study`` to ``path`` (gzipped JSON where it ends
+    in .gz), as :func:`recorded_store` reads them; returns the number of result rows written."""
+    import datetime as dt
+    import gzip
+    import json
+
+    from tuner.store import Result, Run, Store
+
+    def plain(row, table) -> dict:
+        return {c.name: (lambda v: v.isoformat() if isinstance(v, dt.datetime) else v)(getattr(row, c.name))
+                for c in table.columns}
+
+    db = Store(url, create=False)
+    with db.session() as session:
+        results = [plain(r, Result.__table__) for r in session.query(Result).filter(Result.study == study)]
+        run_ids = {r["run_id"] for r in results}
+        runs = [plain(r, Run.__table__) for r in session.query(Run) if r.id in run_ids]
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt") as handle:
+        json.dump({"source": f"study {study!r} of {url}", "runs": runs, "results": results}, handle)
+    return len(results)
+
+
 def _replay(sampler_name: str, seed: int, table: dict, space, budget_trials: int, target: float, warm=()):
     """One search against recorded timings: trials, distinct configs, configs that were timed
     (the GPU's share: a rejected config costs no GPU time) and recorded seconds to reach ``target``.
@@ -253,6 +277,9 @@ def _check_args(args) -> str | None:
     from tuner.study import StudyError, load
 
     try:
+        if args.command == "record":      # a study as stored, which need not be a study file
+            Store(args.storage, create=False)
+            return None if not args.out.exists() else f"--out {args.out} exists; name a new file (nothing overwritten)"
         load(args.study)
         if args.command != "speed":
             GpuSpec.from_name(args.gpu)
@@ -298,6 +325,10 @@ def main(argv=None) -> int:
     p_quality.add_argument("--samplers", nargs="+", default=["tpe", "random"])
     p_quality.add_argument("--seeds", type=int, default=5)
     p_quality.add_argument("--markdown", type=Path)
+    p_record = sub.add_parser("record", help="write a store's rows of a study to a file --recorded reads")
+    p_record.add_argument("--storage", required=True)
+    p_record.add_argument("--study", required=True, help="the study name as stored (e.g. article)")
+    p_record.add_argument("--out", type=Path, required=True, help="the file, e.g. grid.json.gz")
     p_stability = sub.add_parser("stability", help="re-time a study's top configs and report their spread")
     p_stability.add_argument("--storage", required=True)
     p_stability.add_argument("--study", required=True)
@@ -319,6 +350,9 @@ def main(argv=None) -> int:
                          (args.rep_ms, args.settle_ms), args.retime)
     if args.command == "speed":
         return speed(args.study, args.markdown)
+    if args.command == "record":
+        print(f"{save_recorded(args.storage, args.study, args.out)} rows of study {args.study!r} written to {args.out}")
+        return 0
     if args.storage:
         return quality(args.storage, args.study, args.gpu, args.shape, args.samplers, args.seeds, args.markdown,
                        args.warm)

@@ -272,6 +272,13 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
              --finalists 0 --no-outputs --storage "sqlite:///$R/$st.db" > "$R/$st.log" 2>&1
            echo "$st grid rc=$?"; grep -vE "^\[|^compiling" "$R/$st.log" | tail -6
          done;;
+    p25) R=$W/p25; mkdir -p "$R"   # issue 25: where the D=64 forward's time goes, the ws kernel's best against cuDNN
+         /usr/bin/time -f "hopper_gluon grid wall %e s" timeout 120 python3 -m tuner.sweep --study hopper_gluon --gpu sm_90 \
+           --sampler grid --timeout 60 --finalists 2 --rounds 3 --no-outputs --storage "sqlite:///$R/gluon.db" > "$R/sweep.log" 2>&1
+         echo "sweep rc=$?"; grep -vE "^\[|^compiling" "$R/sweep.log" | tail -12
+         timeout 150 python3 -m tuner.profile --study hopper_gluon --gpu sm_90 --top 1 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" \
+           --shape "B4 H8 Nq4096 Nk4096 D64 bf16 causal" --storage "sqlite:///$R/gluon.db" --markdown "$R/prof64.md" \
+           --no-outputs > "$R/prof.log" 2>&1; echo "profile rc=$?"; tail -14 "$R/prof.log";;
     *) echo "unknown stage $1";;
   esac
 }
