@@ -299,7 +299,7 @@ def _check_args(args) -> str | None:
     return None
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.search", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="examples:\n  python -m benchmarks.search speed\n"
@@ -341,6 +341,11 @@ def main(argv=None) -> int:
                              help="the finalists' protocol whose windows are used (default adaptive)")
     p_stability.add_argument("--settle-ms", type=float, help="adaptive: settling once (default the finalists')")
     p_stability.add_argument("--rep-ms", type=float, help="adaptive: each timed window (default the finalists')")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     problem = _check_args(args)
     if problem:
