@@ -122,6 +122,7 @@ def race(study_arg: str, plain_arg: str, shape, configs: list, scratch: str) -> 
     Raises:
         RuntimeError: a contestant failed; the message holds its output's tail.
     """
+    from tuner.gate import edges_checked
     from tuner.winners import winner
 
     env = {**os.environ, "PYTHONPATH": f"{package_root()}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -143,6 +144,7 @@ def race(study_arg: str, plain_arg: str, shape, configs: list, scratch: str) -> 
                          else autotune_wall, "autotune_best": picked["best"], "configs": len(keys),
                          "autotune_calls_s": [g["seconds"] for g in ([first] if mode == "without" else [first, *rest])],
                          "sweep_wall": wall, "sweep_best": winner(rows, shape.label), "sweep_timed": len(timed),
+                         "sweep_edges": len({r.config for r in rows if r.status == "timed" and edges_checked(r)}),
                          "stray": sorted(timed - set(keys)), "sweep_split": split}
     return results
 
@@ -209,7 +211,8 @@ def report(env_line: str, study_name: str, shape, gpu: str, results: dict) -> li
         calls = " + ".join(f"{s:.1f}" for s in r["autotune_calls_s"])
         lines += [f"| {mode} knobs | @triton.autotune, first call | {r['configs']} | {r['autotune_wall']:.1f} "
                   f"(calls {calls}) | {r['autotune_best']} | {r['side']['autotune']:.4f} |",
-                  f"| {mode} knobs | tuner.sweep --sampler grid | {r['sweep_timed']} timed | {r['sweep_wall']:.1f} "
+                  f"| {mode} knobs | tuner.sweep --sampler grid | {r['sweep_timed']} timed "
+                  f"({r.get('sweep_edges', r['sweep_timed'])} checked on the edge shapes too) | {r['sweep_wall']:.1f} "
                   f"(whole command) | {r['sweep_best']} | {r['side']['sweep']:.4f} |"]
         if r["stray"]:
             lines.append(f"| {mode} knobs | (the sweep timed configs outside the list: {r['stray'][:5]}) | | | | |")

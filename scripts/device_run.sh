@@ -279,6 +279,14 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
          timeout 150 python3 -m tuner.profile --study hopper_gluon --gpu sm_90 --top 1 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" \
            --shape "B4 H8 Nq4096 Nk4096 D64 bf16 causal" --storage "sqlite:///$R/gluon.db" --markdown "$R/prof64.md" \
            --no-outputs > "$R/prof.log" 2>&1; echo "profile rc=$?"; tail -14 "$R/prof.log";;
+    race31) S=$W/race31; mkdir -p "$S"   # issue 24: the race with the edge shapes checked for contenders only
+         /usr/bin/time -f "race wall %e s" timeout ${RACE_S:-430} python3 -m benchmarks.search speed --markdown "$S/race.md" \
+           > "$S/race.log" 2>&1; echo "race rc=$?"; tail -14 "$S/race.log"
+         grep -E "sweep .*knobs, its own split|checked on the edge" "$S/race.log" | head -4;;
+    d64) R=$W/d64; mkdir -p "$R"   # issue 25: the ws forward at D=64 with 3 and 4 K/V stages (they fit at D=64 only)
+         /usr/bin/time -f "d64 sweep wall %e s" timeout ${D64_S:-120} python3 -m tuner.sweep --study .cache/carry/gluon_d64.toml \
+           --gpu sm_90 --sampler grid --finalists 4 --rounds 4 --no-outputs --storage "sqlite:///$R/d64.db" > "$R/sweep.log" 2>&1
+         echo "d64 sweep rc=$?"; grep -vE "^\[|^compiling" "$R/sweep.log" | tail -16;;
     *) echo "unknown stage $1";;
   esac
 }

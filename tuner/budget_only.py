@@ -86,6 +86,12 @@ def optuna_study_name(ctx: RunContext) -> str:
     return f"{ctx.study.name}@{ctx.target.name}-budget"
 
 
+def search_study_name(ctx: RunContext, present, device: str) -> str:
+    """The Optuna study of a sweep that times (the budget stage's is :func:`optuna_study_name`)."""
+    on = f"-on-{present.name}" if present is not None and present.name != ctx.target.name else ""
+    return f"{ctx.study.name}@{ctx.target.name}{on}" + ("-interpreter" if device == "cpu" else "")
+
+
 def _trial(config, rejection: Rejection, distributions: dict):
     """One config's verdict as a finished Optuna trial (the module's encoding)."""
     fields = rejection.fields

@@ -16,17 +16,17 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from kernel.retime import Rounds
 from kernel.timing import WALL
-from tuner import finalists, records, search
+from tuner import finalists, records, report, search
 from tuner.budget import CompilePool, CompileTask
-from tuner.budget_only import budget_only
-from tuner.formatting import fmt, headline
+from tuner.budget_only import budget_only, search_study_name
+from tuner.contenders import Contenders
+from tuner.formatting import headline
 from tuner.gpus import GpuSpec
 from tuner.outcome import TrialOutcome, WorkerFailed
-from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage, pool_sizes
+from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage, edge_plan, pool_sizes
 from tuner.records import RunContext
 from tuner.report import Clock, Progress
 from tuner.runner import GpuWorker
@@ -53,6 +53,7 @@ class SweepOptions:
     rounds: int | None = None    # adaptive: the most rounds (default 10); fixed: the rounds (default 5)
     retime: str = "adaptive"     # or "fixed": the protocol before it (kernel.retime's module doc)
     workers: int = 1             # GPU worker processes, one per device (threads of this sweep drive them)
+    edge_gate: str = "contenders"    # or "all": whose edge shapes are checked (tuner.contenders)
 
 
 @dataclass
@@ -64,6 +65,7 @@ class Asked:
     tasks: list[CompileTask]
     futures: list[Future]
     rejection: Rejection | None = None
+    edge_tasks: list[CompileTask] = field(default_factory=list)   # compiled later, for a contender
 
 
 @dataclass
@@ -96,6 +98,7 @@ class Sweep:
         self.lock = threading.RLock()                 # known, by_binary, counts, clock, progress
         self.timing_binary: dict[str, threading.Event] = {}     # binary -> set when its claimant is done
         self.stopping = False         # set as the search ends: workers are being closed
+        self.contenders = Contenders()
 
     def budget_only(self) -> Counter:
         """Stages 1 and 2 for the target over the study's whole space, stored (no GPU)."""
@@ -108,21 +111,14 @@ class Sweep:
         """Stages 1 to 4 over Optuna trials until the grid, --trials or --timeout runs out;
         then the finalists. Raises :class:`WorkerFailed` if SDPA cannot be measured."""
         ctx, options = self.ctx, self.options
-        name = f"{ctx.study.name}@{ctx.target.name}"
-        if self.present is not None and self.present.name != ctx.target.name:
-            name += f"-on-{self.present.name}"
-        name += "-interpreter" if options.device == "cpu" else ""
-        self.search = search.SearchSession(self.store.url, name, options.sampler, ctx.study.space, options.seed,
+        self.search = search.SearchSession(self.store.url, search_study_name(ctx, self.present, options.device),
+                                           options.sampler, ctx.study.space, options.seed,
                                            options.trials, {"metric": ctx.study.metric, "target": ctx.target.name,
                                                             "gpu": ctx.gpu_label},
                                            records.warm_configs(self.store, ctx.study, ctx.target, ctx.gpu_label))
-        if self.search.orphans:
-            print(f"resuming: {len(self.search.orphans)} trial(s) left in flight by a stopped sweep will be finished "
-                  f"first ({', '.join(o.config.key for o in self.search.orphans)})", file=sys.stderr)
-        if self.search.foreign:
-            print(f"note: {self.search.foreign} trial(s) are running in another live sweep of it", file=sys.stderr)
+        report.resuming(self.search.orphans, self.search.foreign)
         self.batch, jobs = pool_sizes(options.sampler, options.workers, ctx.study, ctx.target, self.present,
-                                      options.jobs, options.batch)
+                                      options.jobs, options.batch, options.edge_gate == "all")
         deadline = time.perf_counter() + options.timeout_s if options.timeout_s else None
         self.progress = Progress(self.search.total, min(self.search.finished(), self.search.total))
         self.clock.workers = options.workers
@@ -196,8 +192,9 @@ class Sweep:
             if rejection or config.key in self.known:
                 asked.append(Asked(number, config, [], [], rejection))
                 continue
-            tasks = compile_plan(config, self.ctx.study, self.ctx.target, self.present)
-            asked.append(Asked(number, config, tasks, [self.pool.submit(task) for task in tasks]))
+            later = edge_plan(config, self.ctx.study, self.present) if self.options.edge_gate != "all" else []
+            tasks = compile_plan(config, self.ctx.study, self.ctx.target, self.present, edges=not later)
+            asked.append(Asked(number, config, tasks, [self.pool.submit(task) for task in tasks], edge_tasks=later))
         return asked
 
     def _rows(self, asked: Asked, status: Status, stage: Stage, reason: str, fields: dict,
@@ -233,9 +230,12 @@ class Sweep:
             slot = self.free.get()            # the next free device, for the check and the timing only
             try:
                 self._ensure_baselines(slot)
-                outcome = slot.worker.trial(config)
+                outcome = slot.worker.trial(config, edges=not asked.edge_tasks)
             finally:
                 self.free.put(slot)
+            if asked.edge_tasks and outcome.status == Status.TIMED:
+                outcome = self._edge_step(asked, outcome)
+            self.contenders.record(outcome)
             status = outcome.status
             if status == Status.CRASHED and outcome.error_type in COMPILE_ERRORS:
                 status = Status.COMPILE_ERROR
@@ -247,6 +247,21 @@ class Sweep:
             self._finish(asked, rows)
         finally:
             self._release_binary(binary, config.key, status)
+
+    def _edge_step(self, asked: Asked, timed: TrialOutcome) -> TrialOutcome:
+        """A config timed without its edge shapes: checked on them if a contender (:mod:`tuner.contenders`)."""
+        def compile_edges() -> Rejection | None:
+            infos = [future.result() for future in [self.pool.submit(task) for task in asked.edge_tasks]]
+            return compile_stage(asked.config, self.ctx.study, self.ctx.target, self.present, asked.edge_tasks,
+                                 infos).rejection
+
+        def check() -> TrialOutcome:
+            slot = self.free.get()
+            try:
+                return slot.worker.check(asked.config)
+            finally:
+                self.free.put(slot)
+        return self.contenders.edges(timed, compile_edges, check)
 
     def _twin(self, binary: str | None, key: str) -> tuple[str | None, list[Result] | None]:
         """(config, rows) of an earlier config with the same binary, timed already or being timed
@@ -337,13 +352,8 @@ class Sweep:
         if slot.index == 0:
             self.ctx.baselines = slot.ctx.baselines
         self.store.add(*records.baseline_rows(self.ctx.run_id, slot.ctx.baselines, "start", slot.ctx.device))
-        where = f" on device {slot.index} ({slot.ctx.device.get('device_name')})" if len(self.slots) > 1 else ""
-        for label, times in slot.ctx.baselines.items():
-            print(f"SDPA {label}{where}: flash {fmt(times.get('flash_ms'), '.4f')} ms, "
-                  f"cuDNN {fmt(times.get('cudnn_ms'), '.4f')} ms "
-                  f"({times.get('timer')})", file=sys.stderr)
-        print(f"worker {slot.index} ready: inputs, references and SDPA baselines in "
-              f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+        report.baselines_ready(slot.index, slot.ctx.device if len(self.slots) > 1 else None, slot.ctx.baselines,
+                               time.perf_counter() - started)
 
     def _end_of_run(self) -> None:
         """The finalists on the first device, then how far SDPA drifted since the run's start: read off
@@ -363,18 +373,6 @@ class Sweep:
                       if end[label].get(b) and start.get(label, {}).get(b)]
             self.clock.drift = max(drifts) if drifts else None
 
-    def _retime_on_devices(self, chosen: dict[str, list]) -> dict[str, Rounds]:
-        """Each shape's finalists together on one device (never compared across GPUs), shapes dealt out."""
-        slots, rounds = self.slots, finalists.protocol(self.options.retime, self.options.rounds)
-        share = {slot.index: {label: configs for i, (label, configs) in enumerate(chosen.items())
-                              if i % len(slots) == slot.index} for slot in slots}
-        times: dict[str, Rounds] = {}
-        with ThreadPoolExecutor(len(slots)) as threads:
-            for part in [threads.submit(slot.worker.retime, share[slot.index], rounds) for slot in slots
-                         if share[slot.index]]:
-                times.update(part.result())
-        return {label: times[label] for label in chosen if label in times}
-
     def retime_finalists(self) -> dict[str, finalists.ShapeVerdict]:
         """Re-time each shape's top configs together and store the verdicts."""
         ctx = self.ctx
@@ -385,7 +383,9 @@ class Sweep:
         started = time.perf_counter()
         parse = ctx.study.kernel.config_type.parse
         try:
-            times = self._retime_on_devices({label: [parse(key) for key in keys] for label, keys in chosen.items()})
+            times = finalists.retime_on_devices([slot.worker for slot in self.slots], {
+                label: [parse(key) for key in keys] for label, keys in chosen.items()},
+                finalists.protocol(self.options.retime, self.options.rounds))
         except WorkerFailed as failure:
             print(f"finalists were not re-timed: {failure.reason}", file=sys.stderr)
             return {}

@@ -23,6 +23,7 @@ from pathlib import Path
 from tuner import budget, records, winners
 from tuner.finalists import ShapeVerdict
 from tuner.formatting import pct, usage_error
+from tuner.gate import edges_checked
 from tuner.gpus import GpuSpec
 from tuner.problem import Problem
 from tuner.status import Status
@@ -102,6 +103,8 @@ def check_budget(entries: list[Entry], target: GpuSpec) -> None:
             model = budget.verdict(entry.config, problem, target, None)
             if row.status != Status.TIMED:
                 raise EmitError(f"{entry.config.key} was not timed on {row.shape} ({row.status})")
+            if not edges_checked(row):
+                raise EmitError(f"{entry.config.key} was not checked on the gate's edge shapes ({row.reason})")
             if not model.launchable:
                 raise EmitError(f"{entry.config.key} does not fit {target.name} on {row.shape}: {model.reason}")
             if row.smem_bytes is not None and row.smem_bytes > (row.smem_limit_bytes or 0):

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kernel.clock import cycles
 from kernel.retime import ADAPTIVE, CYCLES, MS, PAIRED, SDPA_RATIO, Rounds, figures as round_figures, spread
 from kernel.timing import round_orders
+from tuner.gate import edges_checked
 from tuner.outcome import SDPA_KEYS
 from tuner.records import best_across_shapes, fastest_first
 from tuner.status import Status
@@ -48,7 +50,8 @@ def select_finalists(rows: list[Result], top: int = 5) -> dict[str, list[str]]:
     best_overall = best_across_shapes(rows)
     chosen: dict[str, list[str]] = {}
     for shape in dict.fromkeys(r.shape for r in rows):
-        timed = fastest_first([r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms])
+        timed = fastest_first([r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms
+                               and edges_checked(r)])
         keys = [r.config for r in timed[:top]]
         if best_overall and best_overall not in keys and any(r.config == best_overall for r in timed):
             keys.append(best_overall)
@@ -209,3 +212,16 @@ def split_sdpa(times: dict[str, list[float]]) -> tuple[dict[str, list[float]], d
     """A shape's re-timing split into the configs' times and SDPA's medians over the rounds."""
     sdpa = {backend: statistics.median(times[key]) for backend, key in SDPA_KEYS.items() if times.get(key)}
     return {key: ms for key, ms in times.items() if key not in SDPA_KEYS.values()}, sdpa
+
+
+def retime_on_devices(workers: list, chosen: dict[str, list], protocol: tuple) -> dict[str, Rounds]:
+    """Each shape's finalists together on one device (never compared across GPUs), shapes dealt
+    out over ``workers`` (:class:`tuner.runner.GpuWorker`)."""
+    share = [{label: configs for i, (label, configs) in enumerate(chosen.items()) if i % len(workers) == index}
+             for index in range(len(workers))]
+    times: dict[str, Rounds] = {}
+    with ThreadPoolExecutor(len(workers)) as threads:
+        parts = [threads.submit(worker.retime, share[i], protocol) for i, worker in enumerate(workers) if share[i]]
+        for part in parts:
+            times.update(part.result())
+    return {label: times[label] for label in chosen if label in times}

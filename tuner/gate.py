@@ -9,9 +9,12 @@ Every config is checked, from NaN-filled outputs and on fresh random inputs, on:
    last query tile holds one valid row and last key tile one valid key, and one with
    fewer keys than ``BLOCK_N``, whose V has other strides than its K (read from a
    [B, N, H, D] layout). Their head count keeps the study's class (as the ragged gate's), so
-   a kernel that does not specialise on lengths (the Triton forward) checks them in the timed
-   binary too; for one that does, their odd lengths give them one JIT specialisation of their
-   own, which the sweep compiles ahead with the rest (:func:`gate_compile_problems`).
+   a kernel that does not specialise on lengths checks them in the timed binary too; for one
+   that does (the Triton kernels), their odd lengths give them one JIT specialisation of their
+   own, which the sweep compiles ahead with the rest (:func:`gate_compile_problems`), or, by
+   default, only for a config that times within :data:`EDGE_MARGIN` of the best so far at some
+   shape (:mod:`tuner.driver`): a config slower than that everywhere can never be chosen, and its
+   rows say that its edge shapes were not checked (:data:`EDGE_UNCHECKED`).
 
 A kernel's outputs must each be within its bound on every one of them (the forward's
 ``out`` and ``lse``: 3x PyTorch's own error on the same inputs, :func:`kernel.reference.accuracy`;
@@ -27,7 +30,15 @@ from dataclasses import dataclass, replace
 
 from tuner.problem import Problem
 
-__all__ = ["GateShape", "edge_gates", "finite", "gate_compile_problems", "gate_shapes", "ragged_gate"]
+__all__ = ["EDGE_MARGIN", "EDGE_UNCHECKED", "GateShape", "edge_gates", "edges_checked", "finite",
+           "gate_compile_problems", "gate_shapes", "ragged_gate"]
+
+# A config whose edge shapes need a binary of their own has them checked (and that binary compiled)
+# only where it times within this factor of the best timed so far at some shape of the study; the
+# best only falls, so a config outside it would never be chosen; such rows are kept out of the
+# finalists, the winners and the emitted list all the same (:func:`edges_checked`).
+EDGE_MARGIN = 1.3
+EDGE_UNCHECKED = "edge shapes not checked"      # how such a timed row's reason starts
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,7 @@ class GateShape:
     name: str
     problem: Problem
     strided_v: bool = False      # V read from a [B, N, H, D] tensor: its strides differ from K's
+    edge: bool = False           # one of :func:`edge_gates` (which a sweep may check for contenders only)
 
 
 def ragged_gate(problem: Problem, small: bool = False) -> GateShape:
@@ -62,7 +74,7 @@ def edge_gates(problem: Problem, config) -> list[GateShape]:
     base = replace(problem, batch=1, heads=_heads_like(problem.heads, 2))
     one = replace(base, n_q=3 * config.block_m + 1, n_k=2 * config.block_n + 1)     # never square
     short = replace(base, n_q=config.block_m + 3, n_k=config.block_n // 2 + 1)
-    return [GateShape("one-key", one), GateShape("short-keys", short, strided_v=True)]
+    return [GateShape("one-key", one, edge=True), GateShape("short-keys", short, strided_v=True, edge=True)]
 
 
 def gate_shapes(problem: Problem, config, small: bool = False) -> list[GateShape]:
@@ -74,6 +86,11 @@ def gate_compile_problems(problem: Problem, config) -> list[Problem]:
     one specialisation serves both). A kernel compiles it ahead only where its specialisation
     differs from the study's (:meth:`tuner.kernels.TunableKernel.gate_compile_problems`)."""
     return [edge_gates(problem, config)[0].problem]
+
+
+def edges_checked(row) -> bool:
+    """Whether a timed row's config passed the whole gate (its edge shapes included)."""
+    return not (row.reason or "").startswith(EDGE_UNCHECKED)
 
 
 def finite(value: float | None) -> float | None:

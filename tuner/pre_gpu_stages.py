@@ -59,15 +59,23 @@ def budget_stage(config, study: Study, target: GpuSpec) -> Rejection | None:
     return None
 
 
-def compile_plan(config, study: Study, target: GpuSpec, present: GpuSpec | None) -> list[CompileTask]:
+def compile_plan(config, study: Study, target: GpuSpec, present: GpuSpec | None,
+                 edges: bool = True) -> list[CompileTask]:
     """The compiles a config needs: every specialisation of the study for the target, and
-    for the GPU present also the gate's own specialisation (so the worker never compiles)."""
-    variants = study.variants()
-    tasks = budget.compile_tasks(config, variants, target.capability, present.capability if present else None)
-    if present is not None:
-        extra = {p for shape in variants for p in study.kernel.gate_compile_problems(shape, config)}
-        tasks += [CompileTask(config, problem, present.capability, True) for problem in sorted(extra, key=repr)]
-    return tasks
+    for the GPU present also the gate's own specialisation (so the worker never compiles),
+    unless ``edges`` is False (the sweep compiles :func:`edge_plan` later, for contenders)."""
+    tasks = budget.compile_tasks(config, study.variants(), target.capability,
+                                 present.capability if present else None)
+    return tasks + edge_plan(config, study, present) if edges else tasks
+
+
+def edge_plan(config, study: Study, present: GpuSpec | None) -> list[CompileTask]:
+    """The gate's edge shapes' compiles for the GPU present: none where they run in the study's
+    binaries (a kernel that does not specialise on lengths) or where no GPU compiles."""
+    if present is None:
+        return []
+    extra = {p for shape in study.variants() for p in study.kernel.gate_compile_problems(shape, config)}
+    return [CompileTask(config, problem, present.capability, True) for problem in sorted(extra, key=repr)]
 
 
 def compile_stage(config, study: Study, target: GpuSpec, present: GpuSpec | None,
@@ -97,13 +105,13 @@ def compile_stage(config, study: Study, target: GpuSpec, present: GpuSpec | None
 
 
 def pool_sizes(sampler: str, workers: int, study: Study, target: GpuSpec, present: GpuSpec | None,
-               jobs: int | None = None, batch: int | None = None) -> tuple[int, int]:
+               jobs: int | None = None, batch: int | None = None, edges: bool = True) -> tuple[int, int]:
     """(trials asked at once, compile processes), where the user gave neither.
 
     Compile processes: the cores but two (the GPU worker and this process) on larger hosts. A
     batch holds about two full waves of the pool's compiles (:func:`compile_plan` of a config:
     every specialisation for the target, again for the GPU present where it is not the target,
-    and the gate's): the next batch compiles while this one is timed, and the pool has work
+    and the gate's unless ``edges`` is False): the next batch compiles while this one is timed, and the pool has work
     while a wave's slowest compile finishes (a batch of four configs once gave 14 processes 24
     compiles, a second wave of 10). TPE's batch is 4 to 16, so that it still learns between
     batches; other samplers do not learn from a batch: at least one config per process."""
@@ -113,7 +121,7 @@ def pool_sizes(sampler: str, workers: int, study: Study, target: GpuSpec, presen
         return batch, jobs
     kernel = study.kernel
     sample = kernel.config_type(*(a.default[0] for a in kernel.config_type.tiles()))
-    waves = math.ceil(2 * jobs / max(1, len(compile_plan(sample, study, target, present))))
+    waves = math.ceil(2 * jobs / max(1, len(compile_plan(sample, study, target, present, edges))))
     if sampler != "tpe":
         return max(2, cores - 2, 2 * workers, waves), jobs
     return max(4, 2 * workers, min(16, waves)), jobs

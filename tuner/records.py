@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 from kernel.clock import cycles
+from tuner.gate import edges_checked
 from tuner.gpus import GpuSpec
 from tuner.outcome import ShapeOutcome, TrialOutcome
 from tuner.status import Stage, Status
@@ -100,13 +101,15 @@ def result_rows(config, ctx: RunContext, status: Status, stage: Stage, reason: s
 
 def copied_rows(rows: list[Result], config, run_id: int, reason: str, trial_number: int | None,
                 fields: dict) -> list[Result]:
-    """Rows for a config whose binary was already timed under another config."""
+    """Rows for a config whose binary was already timed under another config (whose edge shapes,
+    left unchecked there, stay so: the reason says it)."""
     copies = []
     for row in rows:
         values = {c.name: getattr(row, c.name) for c in Result.__table__.columns if c.name != "id"}
         values.update(fields)
-        values.update(**config_columns(config), run_id=run_id,
-                      optuna_trial=trial_number, reason=reason, created_at=now(), check_s=0.0, time_s=0.0)
+        values.update(**config_columns(config), run_id=run_id, optuna_trial=trial_number,
+                      reason=reason if edges_checked(row) else f"{row.reason}; {reason}",
+                      created_at=now(), check_s=0.0, time_s=0.0)
         copies.append(Result(**values))
     return copies
 
@@ -136,10 +139,11 @@ def by_config(rows: list[Result]) -> dict[str, list[Result]]:
 
 
 def fully_timed(rows: list[Result]) -> dict[str, list[Result]]:
-    """Configs timed on every shape present in ``rows`` (a config timed on some shapes only is left out)."""
+    """Configs timed on every shape present in ``rows`` that passed the whole gate (a config timed on
+    some shapes only, or whose edge shapes were left unchecked, is left out)."""
     shapes = {r.shape for r in rows}
-    return {key: rs for key, rs in by_config(rows).items()
-            if {r.shape for r in rs} == shapes and all(r.status == Status.TIMED and r.ms for r in rs)}
+    return {key: rs for key, rs in by_config(rows).items() if {r.shape for r in rs} == shapes
+            and all(r.status == Status.TIMED and r.ms and edges_checked(r) for r in rs)}
 
 
 def best_times(rows: list[Result]) -> dict[str, float]:

@@ -109,3 +109,21 @@ def summary(ctx: RunContext, rows: list[Result], counts: Counter, clock: Clock |
     if clock is not None:
         lines += ["", clock.line()]
     return "\n".join(lines)
+
+
+def baselines_ready(index: int, device: dict | None, baselines: dict[str, dict], seconds: float) -> None:
+    """A device's worker is ready: its SDPA baselines (naming the device where there are several)."""
+    where = f" on device {index} ({device.get('device_name')})" if device else ""
+    for label, times in baselines.items():
+        print(f"SDPA {label}{where}: flash {fmt(times.get('flash_ms'), '.4f')} ms, "
+              f"cuDNN {fmt(times.get('cudnn_ms'), '.4f')} ms ({times.get('timer')})", file=sys.stderr)
+    print(f"worker {index} ready: inputs, references and SDPA baselines in {seconds:.0f} s", file=sys.stderr)
+
+
+def resuming(orphans: list, foreign: int) -> None:
+    """What a sweep finds of earlier and other sweeps of its study as it starts."""
+    if orphans:
+        print(f"resuming: {len(orphans)} trial(s) left in flight by a stopped sweep will be finished "
+              f"first ({', '.join(o.config.key for o in orphans)})", file=sys.stderr)
+    if foreign:
+        print(f"note: {foreign} trial(s) are running in another live sweep of it", file=sys.stderr)

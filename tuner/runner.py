@@ -9,7 +9,8 @@ exception's type when there was one), and a fresh worker takes the next config.
 
 In the worker, for each config:
 
-1. **check**: the gate of :mod:`tuner.gate`, on every study shape and the gate shapes;
+1. **check**: the gate of :mod:`tuner.gate`, on every study shape and the gate shapes (the edge
+   shapes may be left to a later ``check`` request: :mod:`tuner.contenders`);
 2. **time**: GPU time per call by CUDA-graph replay over input sets that do not fit in
    L2, and the host time of a call (:mod:`kernel.timing`), on every study shape.
 
@@ -33,18 +34,18 @@ import traceback
 from dataclasses import replace
 
 from kernel.clock import sm_clock
-from kernel.retime import Candidate, Rounds, WallCandidate, adaptive_rounds, fixed_rounds
-from kernel.timing import WALL, runs
+from kernel.retime import Rounds
+from kernel.timing import WALL
 from tuner import kernels
 from tuner.budget import quiet_compiler_pages
 from tuner.gate import GateShape, finite
 from tuner.kernels import Case, GateResult
-from tuner.outcome import SDPA_KEYS, NamedError, ShapeOutcome, TrialOutcome, WorkerFailed
+from tuner.outcome import NamedError, ShapeOutcome, TrialOutcome, WorkerFailed
 from tuner.problem import Problem
 from tuner.status import Status
 
 # Test hook: "KEY:FAULT,..." makes the worker misbehave on those configs (FAULT one of crash,
-# hang, wrong, wrong-lse, wrong-gate, raise, out-of-resources), so the tests can check that
+# hang, wrong, wrong-lse, wrong-gate, wrong-edge, raise, out-of-resources), so the tests can check that
 # the gate and the sweep catch each kind of fault and that a bad config never ends a sweep.
 FAULT_ENV = "FA2_TUNER_FAULT"
 START_TIMEOUT_S = 300.0
@@ -77,7 +78,8 @@ class WorkerBench:
             case.tensors[name].fill_(float("nan"))
         self.kernel.call(config, case.tensors, case.problem)()
         fault = self.faults.get(config.key)
-        if fault == "wrong" or (fault == "wrong-gate" and isinstance(key, GateShape)):
+        gate = isinstance(key, GateShape)
+        if fault == "wrong" or (fault == "wrong-gate" and gate) or (fault == "wrong-edge" and gate and key.edge):
             case.tensors[case.outputs[0]].mul_(1.01)
         if fault and fault.startswith("wrong-") and fault[6:] in case.outputs:
             case.tensors[fault[6:]].add_(1e-3)
@@ -145,13 +147,15 @@ class WorkerBench:
                 timer="+".join(sorted(methods)) or None)
         return measured
 
-    def _gate(self, problem: Problem, config, seen: dict) -> tuple[ShapeOutcome, str | None]:
-        """The study shape and its gate shapes; ``seen`` keeps gate results within a trial,
-        since shapes that differ only in length share their gate shapes."""
+    def _gate(self, problem: Problem, config, seen: dict, edges: bool = True) -> tuple[ShapeOutcome, str | None]:
+        """The study shape and its gate shapes (the edge shapes only if ``edges``); ``seen`` keeps
+        gate results within a trial, since shapes that differ only in length share their gate shapes."""
         result = self._check(problem, config)
         worst: dict[str, float] = {e.name: 0.0 for e in result.errors}
         failure = None if result.ok else f"{problem.label}: {result.reason}"
         for gate in self.kernel.gate_shapes(problem, config, small=self.device == "cpu"):
+            if gate.edge and not edges:
+                continue
             if gate not in seen:
                 seen[gate] = self._check(gate, config)
             gated = seen[gate]
@@ -178,18 +182,28 @@ class WorkerBench:
 
             raise OutOfResources(300_000, 232_448, "shared memory")
 
-    def trial(self, config) -> TrialOutcome:
+    def check(self, config, edges: bool = True) -> TrialOutcome:
+        """The gate alone, on every study shape: TIMED (without times) where all passed."""
         self._fault(config)
         started = time.perf_counter()
         outcome = TrialOutcome(status=Status.TIMED, reason="")
         failures, seen = [], {}
         for problem in self.shapes:
-            outcome.shapes[problem.label], failure = self._gate(problem, config, seen)
+            outcome.shapes[problem.label], failure = self._gate(problem, config, seen, edges)
             if failure:
                 failures.append(failure)
         outcome.check_s = time.perf_counter() - started
         if failures:
             outcome.status, outcome.reason = Status.INCORRECT, failures[0]
+        return outcome
+
+    def trial_without_edges(self, config) -> TrialOutcome:
+        """:meth:`trial` with the gate's edge shapes left for a later :meth:`check`."""
+        return self.trial(config, edges=False)
+
+    def trial(self, config, edges: bool = True) -> TrialOutcome:
+        outcome = self.check(config, edges)
+        if outcome.status != Status.TIMED:
             return outcome
         started = time.perf_counter()
         for problem in self.shapes:
@@ -200,33 +214,10 @@ class WorkerBench:
         return outcome
 
     def retime(self, request: tuple[dict[str, list], tuple]) -> dict[str, Rounds]:
-        """Each shape's configs timed together in rotating rounds: label -> :class:`kernel.retime.Rounds`
-        (ms and SM clock per config key). ``request``: (label -> configs, protocol), the protocol
-        ``("adaptive", (settle_ms, rep_ms, min, max))`` (:func:`kernel.retime.adaptive_rounds`) or
-        ``("fixed", rounds)`` (as :data:`kernel.timing.RETIME`). On a GPU SDPA runs in the same rounds
-        (keys :data:`SDPA_KEYS`): the finalists' ratios, and the decision without NVML, need it."""
-        finalists, (protocol, setting) = request
-        by_label = {problem.label: problem for problem in self.shapes}
-        times: dict[str, Rounds] = {}
-        for label, configs in finalists.items():
-            problem = by_label[label]
-            calls = {config.key: self._calls(problem, config) for config in configs}
-            pins = {}
-            if self.device != "cpu":
-                for backend, pinned in self.kernel.baselines(self._sets(problem), problem).items():
-                    if runs(pinned):
-                        pins[SDPA_KEYS[backend]], calls[SDPA_KEYS[backend]] = pinned
-            if self.device == "cpu":       # the interpreter: one call's wall time, no clock, no SDPA
-                walls = {key: (lambda c=c: self._wall_ms(c)) for key, c in calls.items()}
-                times[label] = (fixed_rounds(walls, setting) if protocol == "fixed" else adaptive_rounds(
-                    {key: WallCandidate(wall) for key, wall in walls.items()}, list(calls), (), tuple(setting)))
-            elif protocol == "fixed":
-                times[label] = fixed_rounds(calls, setting, pins, sm_clock(), self.warmup_ms)
-            else:
-                captured = {key: Candidate(c, pins.get(key), sm_clock()) for key, c in calls.items()}
-                times[label] = adaptive_rounds(captured, [config.key for config in configs],
-                                               list(SDPA_KEYS.values()), tuple(setting))
-        return times
+        """Each shape's configs timed together in rotating rounds (:func:`tuner.worker_rounds.retime`)."""
+        from tuner.worker_rounds import retime
+
+        return retime(self, request)
 
 
 def _is_fatal(exc: BaseException) -> bool:
@@ -373,10 +364,18 @@ class GpuWorker:
         """Columns naming the device: index, name, UUID and host."""
         return {"device_index": self.device_index or 0, "host": socket.gethostname(), **self.request("device_info")}
 
-    def trial(self, config) -> TrialOutcome:
-        """Check and time one config; failures come back as an outcome, never raised."""
+    def trial(self, config, edges: bool = True) -> TrialOutcome:
+        """Check and time one config (its gate's edge shapes only if ``edges``); failures come back
+        as an outcome, never raised."""
+        return self._outcome("trial" if edges else "trial_without_edges", config)
+
+    def check(self, config) -> TrialOutcome:
+        """The whole gate for one config, untimed (a contender's edge shapes: :mod:`tuner.driver`)."""
+        return self._outcome("check", config)
+
+    def _outcome(self, kind: str, config) -> TrialOutcome:
         try:
-            return self.request("trial", config)
+            return self.request(kind, config)
         except WorkerFailed as failure:
             return TrialOutcome(status=failure.status, reason=failure.reason, error_type=failure.error_type)
 

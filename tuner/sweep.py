@@ -21,9 +21,11 @@ from pathlib import Path
 
 from tuner import search
 from tuner.budget_only import optuna_study_name
+from tuner.contenders import EDGE_GATES
 from tuner.driver import Sweep, SweepOptions
 from tuner.finalists import RETIMES
 from tuner.formatting import usage_error
+from tuner.gate import EDGE_MARGIN
 from tuner.gpus import GpuSpec, valid_names
 from tuner.outcome import WorkerFailed
 from tuner.records import RunContext
@@ -111,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "each measurement settled 100 ms and timed 200 ms: the protocol before)")
     parser.add_argument("--rounds", type=int,
                         help="adaptive: the most rounds (default 10); fixed: the rounds (default 5)")
+    parser.add_argument("--edge-gate", choices=EDGE_GATES, default=EDGE_GATES[0],
+                        help="whose gate edge shapes (one valid row and key in the last tiles, odd lengths) are "
+                             "checked where they need a binary of their own: contenders (configs timed within "
+                             f"{EDGE_MARGIN}x of the best so far at some shape; default) or all")
     parser.add_argument("--profile", type=int, nargs="?", const=3, metavar="K",
                         help="at the end, profile each shape's best K configs (default 3) and SDPA with Nsight "
                              "Compute, as python -m tuner.profile does; skipped, saying why, without ncu")
@@ -284,7 +290,7 @@ def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
     sweep = Sweep(ctx, db, present, SweepOptions(
         sampler=args.sampler, trials=args.trials, timeout_s=args.timeout, seed=args.seed, jobs=args.jobs,
         batch=args.batch, trial_timeout_s=args.trial_timeout, device=args.device, finalists=args.finalists,
-        rounds=args.rounds, retime=args.retime, workers=args.workers))
+        rounds=args.rounds, retime=args.retime, workers=args.workers, edge_gate=args.edge_gate))
     study, target = ctx.study, ctx.target
     print(f"study {study.name} ({study.path}): {len(study.shapes)} shape(s), {len(study.space.all_configs())} "
           f"configs; target {target.name}; GPU used: {ctx.gpu_label}"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from kernel.retime import MS
 from tuner.finalists import ShapeVerdict, judge
+from tuner.gate import edges_checked
 from tuner.records import fastest_first
 from tuner.status import Status
 from tuner.store import Result, Store
@@ -64,7 +65,8 @@ def verdicts_of(db: Store, study: str, target: str, gpu: str) -> dict[str, Shape
 
 
 def _timed(rows: list[Result], shape: str, eligible=None) -> list[Result]:
-    return [r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms
+    """A shape's timed rows that passed the whole gate (:func:`tuner.gate.edges_checked`)."""
+    return [r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms and edges_checked(r)
             and (eligible is None or r.config in eligible)]
 
 
