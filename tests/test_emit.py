@@ -142,3 +142,16 @@ def test_an_emitted_triton_config_stands_for_its_config(key):
     config = Config.parse(key)
     source = KERNEL.triton_config(config)
     assert KERNEL.from_triton(eval(source, {"triton": triton})) == config      # noqa: S307 (our own output)
+
+
+def test_the_smem_comment_gives_each_head_dims_figure_where_they_differ():
+    from types import SimpleNamespace
+
+    from tuner.emit import smem_note
+
+    def rows(*pairs):
+        return [SimpleNamespace(head_dim=dim, smem_bytes=smem) for dim, smem in pairs]
+
+    assert smem_note(rows((128, 180516), (64, 98596), (64, 98596))) == "98596 B at D=64, 180516 B at D=128"
+    assert smem_note(rows((64, 24576), (64, 24576))) == "24576 B"
+    assert smem_note(rows((64, None))) == "None B"

@@ -135,12 +135,20 @@ def render(entries: list[Entry], study: Study, target: GpuSpec, gpu: str, rows: 
     ]
     for entry in entries:
         c = entry.config
-        smem = next((r.smem_bytes for r in entry.rows if r.smem_bytes), None)
         limit = next((r.smem_limit_bytes for r in entry.rows if r.smem_limit_bytes), target.smem_per_block_optin)
         lines += [f"    # {note}" for note in entry.notes]
-        lines.append(f"    {kernel.triton_config(c)},  # smem {smem} B of {limit} B on {target.name}")
+        lines.append(f"    {kernel.triton_config(c)},  # smem {smem_note(entry.rows)} of {limit} B on {target.name}")
     lines += ["]", ""]
     return "\n".join(lines)
+
+
+def smem_note(rows: list[Result]) -> str:
+    """A config's compiled shared memory: one figure, or one per head dim where they differ
+    (``98596 B at D=64, 180516 B at D=128``); ``None B`` where none was compiled."""
+    by_dim = {r.head_dim: r.smem_bytes for r in sorted(rows, key=lambda r: r.head_dim) if r.smem_bytes}
+    if len(set(by_dim.values())) <= 1:
+        return f"{next(iter(by_dim.values()), None)} B"
+    return ", ".join(f"{smem} B at D={dim}" for dim, smem in by_dim.items())
 
 
 def emit(db: Store, study: Study, target: GpuSpec, gpu_used: str | None = None, top: int = 3,
