@@ -74,7 +74,7 @@ def save_recorded(url: str, study: str, path: Path) -> int:
     with db.session() as session:
         results = [plain(r, Result.__table__) for r in session.query(Result).filter(Result.study == study)]
         run_ids = {r["run_id"] for r in results}
-        runs = [plain(r, Run.__table__) for r in session.query(Run) if r.id in run_ids]
+        runs = [plain(r, Run.__table__) for r in session.query(Run).filter(Run.id.in_(run_ids))]
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wt") as handle:
         json.dump({"source": f"study {study!r} of {url}", "runs": runs, "results": results}, handle)

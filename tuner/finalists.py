@@ -21,10 +21,8 @@ from dataclasses import dataclass
 from kernel.clock import cycles
 from kernel.retime import ADAPTIVE, CYCLES, MS, PAIRED, SDPA_RATIO, Rounds, figures as round_figures, spread
 from kernel.timing import round_orders
-from tuner.gate import edges_checked
 from tuner.outcome import SDPA_KEYS
-from tuner.records import best_across_shapes, fastest_first
-from tuner.status import Status
+from tuner.records import best_across_shapes, fastest_first, timed_on
 from tuner.store import Finalist, Result
 
 __all__ = ["FinalistTiming", "ShapeVerdict", "judge", "judge_rounds", "round_orders", "select_finalists"]
@@ -50,8 +48,7 @@ def select_finalists(rows: list[Result], top: int = 5) -> dict[str, list[str]]:
     best_overall = best_across_shapes(rows)
     chosen: dict[str, list[str]] = {}
     for shape in dict.fromkeys(r.shape for r in rows):
-        timed = fastest_first([r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms
-                               and edges_checked(r)])
+        timed = fastest_first(timed_on(rows, shape))
         keys = [r.config for r in timed[:top]]
         if best_overall and best_overall not in keys and any(r.config == best_overall for r in timed):
             keys.append(best_overall)

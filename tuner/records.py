@@ -163,6 +163,13 @@ def scores(rows: list[Result]) -> dict[str, float]:
             for key, rs in fully_timed(rows).items()}
 
 
+def timed_on(rows: list[Result], shape: str, eligible=None) -> list[Result]:
+    """A shape's timed rows that passed the whole gate (:func:`tuner.gate.edges_checked`): what a
+    winner or a finalist is chosen from; ``eligible``, if given, the config keys allowed."""
+    return [r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms and edges_checked(r)
+            and (eligible is None or r.config in eligible)]
+
+
 def fastest_first(timed: list[Result]) -> list[Result]:
     """Timed rows best first: by cycles where every one of them has its clock (:mod:`kernel.clock`),
     so a row timed while the clock was high does not beat one timed while it was low; else by ms."""

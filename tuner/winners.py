@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 from kernel.retime import MS
 from tuner.finalists import ShapeVerdict, judge
-from tuner.gate import edges_checked
-from tuner.records import fastest_first
+from tuner.records import fastest_first, timed_on
 from tuner.status import Status
 from tuner.store import Result, Store
 
@@ -64,12 +63,6 @@ def verdicts_of(db: Store, study: str, target: str, gpu: str) -> dict[str, Shape
                          clocks.get(shape), meta[shape][2]) for shape, per_config in times.items()}
 
 
-def _timed(rows: list[Result], shape: str, eligible=None) -> list[Result]:
-    """A shape's timed rows that passed the whole gate (:func:`tuner.gate.edges_checked`)."""
-    return [r for r in rows if r.shape == shape and r.status == Status.TIMED and r.ms and edges_checked(r)
-            and (eligible is None or r.config in eligible)]
-
-
 @dataclass(frozen=True)
 class Choice:
     """A shape's winner: the configs to keep (the winner first), and the verdict that chose them
@@ -88,7 +81,7 @@ def choice(rows: list[Result], shape: str, verdict: ShapeVerdict | None = None, 
     only configs timed on every shape). None: nothing eligible was timed on the shape."""
     if verdict is not None and all(eligible is None or key in eligible for key in verdict.kept):
         return Choice(tuple(verdict.kept), verdict)
-    timed = fastest_first(_timed(rows, shape, eligible))
+    timed = fastest_first(timed_on(rows, shape, eligible))
     return Choice((timed[0].config,)) if timed else None
 
 
@@ -103,7 +96,7 @@ def winner_rows(rows: list[Result], verdicts: dict[str, ShapeVerdict]) -> dict[s
     winners = {}
     for shape in dict.fromkeys(r.shape for r in rows):
         key = winner(rows, shape, verdicts.get(shape))
-        row = next((r for r in _timed(rows, shape) if r.config == key), None)
+        row = next((r for r in timed_on(rows, shape) if r.config == key), None)
         if row is not None:
             winners[shape] = row
     return winners
@@ -112,5 +105,5 @@ def winner_rows(rows: list[Result], verdicts: dict[str, ShapeVerdict]) -> dict[s
 def ranked(rows: list[Result], shape: str, verdict: ShapeVerdict | None = None, top: int | None = None) -> list[str]:
     """The shape's configs best first: its finalists by their verdict where it was re-timed, else
     its timed configs by time."""
-    keys = [t.config for t in verdict.ranked] if verdict else [r.config for r in fastest_first(_timed(rows, shape))]
+    keys = [t.config for t in verdict.ranked] if verdict else [r.config for r in fastest_first(timed_on(rows, shape))]
     return keys[:top]
