@@ -18,11 +18,10 @@ from dataclasses import asdict, replace
 import torch
 
 from kernel.bwd_defaults import GLUON_BWD_ROUTES, default_bwd_config
-from kernel.bwd_launch import _plan_key, _tma_misfit, bwd_plan_for, make_bwd_plan
+from kernel.bwd_launch import _tma_misfit, bwd_plan_for, cached_bwd_plan, make_bwd_plan
 from kernel.flash_bwd import BwdConfig
 from kernel.gluon_bwd_config import GluonBwdConfig
 from kernel.gluon_route import capability_of, route_reason
-from kernel.launch import cached_plan
 
 __all__ = ["GluonBwdRoute", "backward_route_reason", "bwd_refusal", "flash_attn_bwd", "gluon_bwd_plan"]
 
@@ -172,9 +171,5 @@ def _default_plan(dout, q, k, v, out, lse, causal, grads):
     """A call naming no config: its plan kept under a key without one (the key holds everything the
     default config, its TMA fit and the route depend on: shapes, strides, dtypes, devices, alignment),
     so the default config and the route are worked out on first sight only."""
-    try:
-        key = _plan_key(DEFAULT_CALL, causal, (dout, q, k, v, out, lse, *grads))
-    except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
-        key = None
-    return cached_plan(key, lambda: make_bwd_plan(_default_config(dout, q, k, v, causal), dout, q, k, v, out, lse,
-                                                  causal, grads, gluon_bwd_plan))
+    return cached_bwd_plan(DEFAULT_CALL, causal, (dout, q, k, v, out, lse, *grads), lambda: make_bwd_plan(
+        _default_config(dout, q, k, v, causal), dout, q, k, v, out, lse, causal, grads, gluon_bwd_plan))

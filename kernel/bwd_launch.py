@@ -306,10 +306,17 @@ def make_bwd_plan(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grad
     return plan
 
 
+def cached_bwd_plan(slot, causal: bool, tensors: tuple, make) -> BwdPlan:
+    """The plan cached under ``slot`` (a config, or a default call's mark) for these tensors' layout,
+    ``make()`` on first sight; never cached where they are not all tensors (the checks say what is wrong)."""
+    try:
+        key = _plan_key(slot, causal, tensors)
+    except (AttributeError, TypeError):
+        key = None
+    return cached_plan(key, make)
+
+
 def bwd_plan_for(config: BwdConfig, dout, q, k, v, out, lse, causal: bool, grads=(None, None, None)) -> BwdPlan:
     """The cached plan for this call, made (and every input checked) on first sight."""
-    try:
-        key = _plan_key(config, causal, (dout, q, k, v, out, lse, *grads))
-    except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
-        key = None
-    return cached_plan(key, lambda: make_bwd_plan(config, dout, q, k, v, out, lse, causal, grads))
+    return cached_bwd_plan(config, causal, (dout, q, k, v, out, lse, *grads),
+                           lambda: make_bwd_plan(config, dout, q, k, v, out, lse, causal, grads))
