@@ -180,9 +180,17 @@ def test_one_sweep_drives_two_workers_on_one_study(crowd, tmp_path):
     assert devices == {0, 1}, devices
     assert _query(url, "select state, count(*) from trials group by state") == [("COMPLETE", 12)]
     assert {d for (d,) in _query(url, "select device_index from fa2_baselines")} == {0, 1}
-    # each shape's finalists re-timed together, the two shapes dealt out to the two devices
-    assert _query(url, "select shape, count(*) from fa2_finalists group by shape order by shape") == [
-        ("B1 H2 Nq64 Nk64 D16 fp32", 2), ("B1 H2 Nq64 Nk64 D16 fp32 causal", 2)]
+    # each shape's finalists re-timed together, the two shapes dealt out to the two devices: its 2
+    # fastest, and the best config across shapes where that is not among them (interpreter timings
+    # are noise, so that third one comes and goes: select_finalists says which to expect)
+    from tuner.finalists import select_finalists
+    from tuner.store import Store
+
+    chosen = select_finalists(Store(url, create=False).results(), 2)
+    assert sorted(chosen) == ["B1 H2 Nq64 Nk64 D16 fp32", "B1 H2 Nq64 Nk64 D16 fp32 causal"]
+    assert all(len(keys) in (2, 3) for keys in chosen.values()), chosen
+    stored = _query(url, "select shape, config from fa2_finalists order by shape, config")
+    assert stored == sorted((shape, key) for shape, keys in chosen.items() for key in keys)
 
 
 def test_a_config_asked_twice_at_once_is_timed_once(crowd, tmp_path):
