@@ -40,12 +40,12 @@ def _task_times(key: str, study_name: str, target_name: str, present_name: str) 
 
 def _pool_start(jobs: int) -> float:
     from tuner.budget import CompilePool
-    from tuner.budget._compile import _import_compiler
+    from tuner.budget._compile import import_compiler
 
     started = time.perf_counter()
     with CompilePool(jobs) as pool:
         pool.start()
-        for future in [pool._executor.submit(_import_compiler) for _ in range(jobs)]:
+        for future in [pool._ensure_executor().submit(import_compiler) for _ in range(jobs)]:
             future.result()
     return time.perf_counter() - started
 

@@ -251,7 +251,7 @@ class Sweep:
     def _edge_step(self, asked: Asked, timed: TrialOutcome) -> TrialOutcome:
         """A config timed without its edge shapes: checked on them if a contender (:mod:`tuner.contenders`)."""
         def compile_edges() -> Rejection | None:
-            infos = [future.result() for future in [self.pool.submit(task) for task in asked.edge_tasks]]
+            infos = [future.result() for future in [self.pool.submit(task, urgent=True) for task in asked.edge_tasks]]
             return compile_stage(asked.config, self.ctx.study, self.ctx.target, self.present, asked.edge_tasks,
                                  infos).rejection
 

@@ -9,16 +9,15 @@ rules, into a :class:`BudgetResult`. ``python -m tuner.budget`` is the command l
 
 from tuner.budget._compile import (
     CompileInfo,
-    CompilePool,
     CompileTask,
     cache_dir,
     compile_config,
     compile_log,
-    compile_many,
     compile_tasks,
     quiet_compiler_pages,
     read_resource_usage,
 )
+from tuner.budget._pool import CompilePool, compile_many
 from tuner.budget._verdict import BudgetResult, check, check_many, smem_limit, verdict
 
 __all__ = [

@@ -23,9 +23,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +218,7 @@ def compile_config(task: CompileTask) -> CompileInfo:
 
 
 @contextlib.contextmanager
-def _without_interpreter():
+def without_interpreter():
     """Spawn compile workers without ``TRITON_INTERPRET``: a worker imports the kernel
     (to unpickle its task) before anything else runs, and under the interpreter
     ``@triton.jit`` makes functions the compiler cannot take."""
@@ -253,96 +251,17 @@ def quiet_compiler_pages(descriptors: tuple[int, ...] = (1, 2)) -> None:
     os.close(descriptor)
 
 
-def _worker_init() -> None:
+def worker_init() -> None:
+    """A pool worker's start (:class:`tuner.budget._pool.CompilePool`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the sweep's to handle; it closes the pool
     quiet_compiler_pages()
 
 
-def _import_compiler() -> None:
-    """A pool worker's warm-up (:meth:`CompilePool.start`): what every compile imports."""
+def import_compiler() -> None:
+    """A pool worker's warm-up (:meth:`tuner.budget._pool.CompilePool.start`): what every compile imports."""
     import triton.compiler  # noqa: F401
 
     import tuner.kernels  # noqa: F401
-
-
-class CompilePool:
-    """Compiles on many cores in fresh (spawned) processes, kept for many batches.
-
-    Spawn, not fork: the parent may hold a CUDA context, which fork would corrupt.
-    Cache hits are answered at once, without a worker.
-
-    Args:
-        jobs: worker processes; default every core.
-    """
-
-    def __init__(self, jobs: int | None = None):
-        self.jobs = max(1, jobs or os.cpu_count() or 1)
-        self._executor: ProcessPoolExecutor | None = None
-
-    def _ensure_executor(self) -> ProcessPoolExecutor:
-        if self._executor is None:
-            self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("spawn"),
-                                                 initializer=_worker_init)
-        return self._executor
-
-    def start(self) -> None:
-        """Spawn every worker now, each importing the compiler, without waiting: a spawned worker
-        takes seconds to import Triton (3.6 s for one worker on the loaded 2-core CPU of
-        docs/results/2026-12-01-compile.md), which otherwise falls on the first batch's compiles."""
-        executor = self._ensure_executor()
-        with _without_interpreter():
-            for _ in range(self.jobs):
-                executor.submit(_import_compiler)
-
-    def submit(self, task: CompileTask) -> Future:
-        """Compile one task; the future's result is a :class:`CompileInfo`."""
-        cached = cached_info(task)
-        if cached is not None:
-            done: Future = Future()
-            done.set_result(cached)
-            return done
-        executor = self._ensure_executor()
-        with _without_interpreter():          # workers are spawned inside submit, as they are needed
-            return executor.submit(compile_config, task)
-
-    def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
-
-    def __enter__(self) -> CompilePool:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def compile_many(tasks: Sequence[CompileTask], jobs: int | None = None, progress=None,
-                 pool: CompilePool | None = None) -> list[CompileInfo]:
-    """Compile many tasks on all cores (see :class:`CompilePool`), in order.
-
-    Args:
-        tasks: what to compile.
-        jobs: worker processes; default every core (ignored when ``pool`` is given).
-        progress: optional callable(done, total), called as results arrive.
-        pool: a pool to reuse; default a new one for this call.
-    """
-    own = pool is None
-    pool = pool or CompilePool(jobs)
-    try:
-        futures = [pool.submit(task) for task in tasks]
-        pending = [f for f in futures if not f.done()]
-        done = len(futures) - len(pending)
-        if progress:
-            progress(done, len(tasks))
-        for _ in as_completed(pending):
-            done += 1
-            if progress:
-                progress(done, len(tasks))
-        return [f.result() for f in futures]
-    finally:
-        if own:
-            pool.close()
 
 
 def compile_tasks(config, variants: Sequence[Problem], target_capability: int,

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tuner.budget._compile import CompileInfo, CompilePool, CompileTask, compile_many
+from tuner.budget._compile import CompileInfo, CompileTask
+from tuner.budget._pool import CompilePool, compile_many
 from tuner.gpus import GpuSpec
 from tuner.kernels import kernel_of
 from tuner.problem import Problem

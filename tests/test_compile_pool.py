@@ -1,0 +1,75 @@
+"""The compile pool's own queue: urgent tasks first, then in order, never more in the processes
+than it has (a thread pool stands in for the processes, a recording stub for the compiler)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import CancelledError, ThreadPoolExecutor
+
+import pytest
+
+from tuner.budget import CompilePool
+
+
+@pytest.fixture
+def stub(monkeypatch):
+    """The compiler replaced: each task's name is recorded as it starts; 'hold' waits for the test."""
+    started, release, state = [], threading.Event(), {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    def compile_config(task):
+        with lock:
+            started.append(task)
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        if task == "hold":
+            release.wait(10)
+        time.sleep(0.01)
+        with lock:
+            state["now"] -= 1
+        return f"info {task}"
+
+    monkeypatch.setattr("tuner.budget._compile.compile_config", compile_config)    # as the pool looks it up
+    monkeypatch.setattr("tuner.budget._pool.cached_info", lambda task: None)
+    monkeypatch.setattr(CompilePool, "_ensure_executor", lambda self: self.__dict__.setdefault(
+        "_executor", None) or self.__dict__.setdefault("_threads", ThreadPoolExecutor(4)))
+    return started, release, state
+
+
+def test_an_urgent_task_is_the_next_one_compiled(stub):
+    started, release, _ = stub
+    with CompilePool(1) as pool:
+        first = pool.submit("hold")
+        while not started:                # the one process is busy with it
+            time.sleep(0.005)
+        queued = [pool.submit(name) for name in ("b1", "b2", "b3")]
+        urgent = pool.submit("edge", urgent=True)
+        release.set()
+        assert [f.result(5) for f in (first, *queued, urgent)] == ["info hold", "info b1", "info b2", "info b3",
+                                                                   "info edge"]
+    assert started == ["hold", "edge", "b1", "b2", "b3"]
+
+
+def test_no_more_tasks_run_at_once_than_the_pool_has_processes(stub):
+    started, release, state = stub
+    release.set()
+    with CompilePool(2) as pool:
+        assert [f.result(5) for f in [pool.submit(f"t{i}") for i in range(12)]] == [f"info t{i}" for i in range(12)]
+    assert state["most"] == 2 and started == [f"t{i}" for i in range(12)]
+
+
+def test_closing_cancels_what_waits_and_the_pool_can_be_used_again(stub):
+    started, release, _ = stub
+    pool = CompilePool(1)
+    running = pool.submit("hold")
+    while not started:
+        time.sleep(0.005)
+    waiting = pool.submit("never")
+    threading.Timer(0.2, release.set).start()
+    pool.close()
+    assert running.result(5) == "info hold" and "never" not in started
+    with pytest.raises(CancelledError):
+        waiting.result(5)
+    assert pool.submit("again").result(5) == "info again"
+    pool.close()
