@@ -287,6 +287,29 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
          /usr/bin/time -f "d64 sweep wall %e s" timeout ${D64_S:-120} python3 -m tuner.sweep --study .cache/carry/gluon_d64.toml \
            --gpu sm_90 --sampler grid --finalists 4 --rounds 4 --no-outputs --storage "sqlite:///$R/d64.db" > "$R/sweep.log" 2>&1
          echo "d64 sweep rc=$?"; grep -vE "^\[|^compiling" "$R/sweep.log" | tail -16;;
+    trace32) S=$W/trace32; mkdir -p "$S"; T=${TAG:-a}; rm -rf "$S/$T"   # issue 24: where the race sweep's wall time goes
+         TRITON_CACHE_DIR=$S/$T/triton FA2_TUNER_CACHE=$S/$T/fa2 /usr/bin/time -f "traced race sweep wall %e s" \
+           timeout 200 python3 -m tuner.sweep --gpu auto --study autotune_race_200 --sampler grid --no-outputs \
+           --finalists 0 --storage "sqlite:///$S/$T/race.db" --trace "$S/$T.trace.json" > "$S/$T.log" 2>&1
+         echo "traced race sweep rc=$?"; grep -E "wall|timeline|checked|configs in store" "$S/$T.log" | tail -6;;
+    main32) S=$W/main32; rm -rf "$S"; mkdir -p "$S"   # issue 24: the main job cold, traced; the agreement, the top-5 spread
+         TRITON_CACHE_DIR=$S/triton FA2_TUNER_CACHE=$S/fa2 /usr/bin/time -f "main job wall %e s" timeout 300 \
+           python3 -m tuner.sweep --gpu sm_89 --storage "sqlite:///$S/main.db" --out "$S/main" --trace "$S/main.trace.json" \
+           > "$S/main.log" 2>&1
+         echo "main job rc=$?"; grep -vE "^\[|^compiling" "$S/main.log" | tail -34
+         [ -n "${NO_AGREE:-}" ] || { TRITON_CACHE_DIR=$S/triton timeout 200 python3 -m benchmarks.finalists agree \
+           --storage "sqlite:///$S/main.db" --study article --gpu sm_89 --markdown "$S/agree.md" > "$S/agree.log" 2>&1
+           echo "agree rc=$?"; tail -12 "$S/agree.log"
+           TRITON_CACHE_DIR=$S/triton timeout 120 python3 -m benchmarks.search stability --storage "sqlite:///$S/main.db" \
+             --study article --gpu sm_89 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" --top 5 --repeats 5 \
+             --markdown "$S/stability.md" > "$S/stability.log" 2>&1; echo "stability rc=$?"; tail -10 "$S/stability.log"; };;
+    imports32) for i in 1 2; do /usr/bin/time -f "import tuner.sweep, try $i: %e s" python3 -X importtime -c "import tuner.sweep" \
+                 2> "$W/imports$i.log"; tail -1 "$W/imports$i.log"; done
+               sort -t'|' -k2 -n "$W/imports1.log" | tail -14 | cut -c1-110;;
+    bwdroute32) R=$W/bwdroute32; mkdir -p "$R"   # the default backward's cached plan (d6557b6) on the GPU
+         timeout ${ROUTE_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_bwd_route.py \
+           tests/test_gluon_bwd_plan.py tests/test_autograd_gluon.py > "$R/tests.log" 2>&1
+         echo "bwd route tests rc=$?"; grep -E "passed|failed|FAILED|ERROR" "$R/tests.log" | tail -8;;
     *) echo "unknown stage $1";;
   esac
 }

@@ -73,3 +73,17 @@ def test_closing_cancels_what_waits_and_the_pool_can_be_used_again(stub):
         waiting.result(5)
     assert pool.submit("again").result(5) == "info again"
     pool.close()
+
+
+def test_a_compile_worker_runs_at_a_lower_priority_than_the_sweep(tmp_path):
+    """The compilers yield the cores to the sweep's process and the GPU worker (tuner.budget._compile)."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "nice.txt"      # the worker's stdout goes to the compile log
+    script = (f"import os; from tuner.budget import _compile; before = os.nice(0); _compile.worker_init(); "
+              f"open({str(out)!r}, 'w').write(f'{{before}} {{os.nice(0)}}')")
+    subprocess.run([sys.executable, "-c", script], check=True, env={**os.environ})
+    before, after = map(int, out.read_text().split())
+    assert after == min(19, before + 10)

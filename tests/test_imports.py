@@ -17,12 +17,12 @@ PACKAGES = ("kernel", "tuner", "benchmarks")
 FLOORS = {
     0: ["kernel"],
     1: ["tuner.problem", "tuner.status", "tuner.gpus", "tuner.space", "tuner.formatting", "tuner.outcome",
-        "tuner.store", "tuner.studies", "tuner.gate", "tuner.counters"],
-    2: ["tuner.kernels", "tuner.worker_rounds"],
+        "tuner.store", "tuner.studies", "tuner.gate", "tuner.counters", "tuner.trace"],
+    2: ["tuner.kernels", "tuner.worker_rounds", "tuner.samplers", "tuner.pipeline"],
     3: ["tuner.study", "tuner.budget", "tuner.search", "tuner.pre_gpu_stages", "tuner.runner"],
     4: ["tuner.records", "tuner.finalists", "tuner.winners", "tuner.report", "tuner.contenders"],
     5: ["tuner.driver", "tuner.budget_only", "tuner.emit", "tuner.verify", "tuner.dashboard", "tuner.profile"],
-    6: ["tuner.sweep", "tuner.__main__", "tuner.commands"],
+    6: ["tuner.sweep", "tuner.__main__", "tuner.commands", "tuner.outputs"],
     7: ["benchmarks"],
 }
 MAX_LINES = 400

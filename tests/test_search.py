@@ -98,3 +98,28 @@ def test_a_stale_trial_of_another_host_is_failed_and_its_config_asked_again(tmp_
     asked = alive.ask()
     assert asked[1] == config and asked[0] != number     # the config comes back as a new trial
     alive.close()
+
+
+def test_the_grid_s_trials_made_in_one_transaction_are_the_grid_sampler_s_own(tmp_path, tiny):
+    """Half the grid asked through the one-transaction path, the rest through Optuna's study.ask:
+    every point once, each trial holding what Optuna's grid sampler reads (its grid id and space)."""
+    space = load(str(tiny)).space
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    session = search.SearchSession(url, "g", "grid", space, 0, None, {"metric": "tflops"})
+    asked = []
+    for _ in range(4):
+        number, config = session.ask()
+        asked.append(config)
+        assert session.tell(number, 1.0, {"status": "timed"})
+    for _ in range(4):            # Optuna's own ask (as a sweep with a waiting trial asks) takes the points left
+        trial = session.study.ask(session.distributions)
+        asked.append(search.config_of(trial.params, type(asked[0])))
+        trial.set_user_attr("config", asked[-1].key)
+        trial.set_user_attr("owner", search.owner())
+        session.study.tell(trial, 1.0)
+    assert len(asked) == len(set(asked)) == search.grid_size(space) == 8
+    trials = optuna.load_study(study_name="g", storage=url).trials
+    assert sorted(t.system_attrs["grid_id"] for t in trials) == list(range(8))
+    assert all(t.state.name == "COMPLETE" and t.user_attrs["config"] == search.config_of(t.params, type(asked[0])).key
+               and t.user_attrs["owner"] == search.owner() for t in trials)
+    assert search.grid_left(trials, space) == 0 and session.study.sampler.is_exhausted(session.study)

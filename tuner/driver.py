@@ -10,7 +10,6 @@ before telling Optuna its value. Then each shape's finalists are re-timed togeth
 from __future__ import annotations
 
 import contextlib
-import queue
 import sys
 import threading
 import time
@@ -26,12 +25,14 @@ from tuner.contenders import Contenders
 from tuner.formatting import headline
 from tuner.gpus import GpuSpec
 from tuner.outcome import TrialOutcome, WorkerFailed
+from tuner.pipeline import BinaryClaims, DeviceQueue, stream
 from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage, edge_plan, pool_sizes
 from tuner.records import RunContext
 from tuner.report import Clock, Progress
 from tuner.runner import GpuWorker
 from tuner.status import Stage, Status
 from tuner.store import Result, Store
+from tuner.trace import TIMELINE
 
 # Exceptions that mean the compiler or the launch refused the config, not that it crashed.
 COMPILE_ERRORS = ("OutOfResources", "CompilationError", "PTXASError", "CompileTimeAssertionFailure")
@@ -89,14 +90,11 @@ class Sweep:
         self.counts: Counter = Counter()
         self.clock = Clock()
         self.known: dict[str, list[Result]] = {}      # config key -> its rows, from earlier runs and this one
-        self.by_binary: dict[str, str] = {}           # binary hash -> config key already timed
         for row in store.results(ctx.study.name, ctx.target.name, ctx.gpu_label):
             self.known.setdefault(row.config, []).append(row)
-            if row.binary and row.status == Status.TIMED:
-                self.by_binary.setdefault(row.binary, row.config)
         self.verdicts: dict[str, finalists.ShapeVerdict] = {}
-        self.lock = threading.RLock()                 # known, by_binary, counts, clock, progress
-        self.timing_binary: dict[str, threading.Event] = {}     # binary -> set when its claimant is done
+        self.lock = threading.RLock()                 # known, counts, clock, progress
+        self.twins = BinaryClaims(self.known, self.lock, 3 * options.trial_timeout_s)
         self.stopping = False         # set as the search ends: workers are being closed
         self.contenders = Contenders()
 
@@ -129,73 +127,61 @@ class Sweep:
         self.pool = CompilePool(jobs)
         if options.device != "cpu":
             self.pool.start()         # the workers import Triton while Optuna and the GPU worker start
+        # Nothing compiles after the search: the pool's processes exit while the finalists are timed.
+        closing = [threading.Thread(target=self.pool.close, name="fa2-tuner-close-pool")]
         try:
             self._search(deadline)
-            self._end_of_run()
+            closing[0].start()
+            with TIMELINE.span("the run's end (finalists, SDPA's drift)", "sweep"):
+                self._end_of_run()
         finally:
             self.stopping = True
             self.progress.close()
-            for slot in self.slots:
-                slot.worker.close()
-            self.pool.close()
-            self.search.close()
+            with TIMELINE.span("close the workers and the compile pool", "sweep"):
+                closing += [threading.Thread(target=slot.worker.close) for slot in self.slots]
+                for thread in closing:
+                    if thread.ident is None:       # not started yet
+                        thread.start()
+                for thread in closing:
+                    thread.join()
+                self.search.close()
         restarts = sum(slot.worker.restarts for slot in self.slots)
         if restarts:
             print(f"workers were restarted {restarts} time(s) after a crash or timeout", file=sys.stderr)
         return self.counts
 
     def _search(self, deadline: float | None) -> None:
-        """Batches of trials: the next one is asked and compiled while this one is checked and timed,
-        at most two batches in flight; each trial takes a free device for its check and timing."""
-        self.free: queue.Queue[Slot] = queue.Queue()
-        # More threads than devices: one trial's bookkeeping (store, Optuna) runs while
-        # another holds the device; a trial takes a device only to be checked and timed.
-        threads = ThreadPoolExecutor(2 * len(self.slots) + 1, thread_name_prefix="fa2-tuner-trial")
-        for slot in self.slots:       # each device starts and measures SDPA while the first batch compiles
+        """Trials asked one at a time, at most two batches of them in flight (:func:`tuner.pipeline.stream`);
+        each waits for its own compiles, then takes a free device for its check and timing only."""
+        self.free: DeviceQueue[Slot] = DeviceQueue()
+        window = 2 * self.batch
+        # A thread for each trial in flight and each device's start: a trial's thread waits for its compiles,
+        # a device and its edge compiles, then stores and tells, while other trials hold the devices.
+        threads = ThreadPoolExecutor(window + len(self.slots), thread_name_prefix="fa2-tuner-trial")
+        for slot in self.slots:       # each device starts and measures SDPA while the first trials compile
             threads.submit(self._prepare, slot)
-        asker = ThreadPoolExecutor(1, thread_name_prefix="fa2-tuner-ask")
         try:
-            previous: list = []
-            current = self._ask_batch(deadline)
-            while current:
-                waited = time.perf_counter()
-                for asked in current:
-                    for future in asked.futures:
-                        future.result()
-                self.clock.compile_s += time.perf_counter() - waited
-                running = [threads.submit(self._process, asked) for asked in current]
-                # The next batch is asked (Optuna's bookkeeping) and compiled while this one is checked and
-                # timed; the devices go on to it without waiting for this batch's last trial to finish.
-                upcoming = asker.submit(self._ask_batch, deadline)
-                for done in previous:
-                    done.result()
-                previous, current = running, upcoming.result()
-                if not current:
-                    for done in previous:
-                        done.result()
-                    previous = []
-                    # holding no trial now, this may wait for other sweeps' last trials (and finish any that die)
-                    current = self._ask_batch(deadline)
+            stream(lambda: self._ask(deadline), self._process, window, threads, in_order=self.options.sampler == "tpe")
         finally:
             threads.shutdown(wait=True, cancel_futures=True)   # Ctrl-C: the trials in flight finish
-            asker.shutdown(wait=True, cancel_futures=True)
+            self.free.close()
+            self.clock.idle_s = self.free.idle_s
 
-    def _ask_batch(self, deadline: float | None) -> list[Asked]:
-        """Ask up to a batch of trials; submit the compiles of those that pass the budget."""
-        asked = []
-        while len(asked) < self.batch and not (deadline and time.perf_counter() > deadline):
+    def _ask(self, deadline: float | None) -> Asked | None:
+        """The next trial, its compiles submitted if it passes the budget; None when the search is done."""
+        if deadline and time.perf_counter() > deadline:
+            return None
+        with TIMELINE.span("ask"):
             answer = self.search.ask()
-            if answer is None:
-                break
-            number, config = answer
-            rejection = budget_stage(config, self.ctx.study, self.ctx.target)
-            if rejection or config.key in self.known:
-                asked.append(Asked(number, config, [], [], rejection))
-                continue
-            later = edge_plan(config, self.ctx.study, self.present) if self.options.edge_gate != "all" else []
-            tasks = compile_plan(config, self.ctx.study, self.ctx.target, self.present, edges=not later)
-            asked.append(Asked(number, config, tasks, [self.pool.submit(task) for task in tasks], edge_tasks=later))
-        return asked
+        if answer is None:
+            return None
+        number, config = answer
+        rejection = budget_stage(config, self.ctx.study, self.ctx.target)
+        if rejection or config.key in self.known:
+            return Asked(number, config, [], [], rejection)
+        later = edge_plan(config, self.ctx.study, self.present) if self.options.edge_gate != "all" else []
+        tasks = compile_plan(config, self.ctx.study, self.ctx.target, self.present, edges=not later)
+        return Asked(number, config, tasks, [self.pool.submit(task) for task in tasks], edge_tasks=later)
 
     def _rows(self, asked: Asked, status: Status, stage: Stage, reason: str, fields: dict,
               outcome: TrialOutcome | None = None, slot: Slot | None = None) -> list[Result]:
@@ -211,8 +197,9 @@ class Sweep:
         if asked.rejection:
             r = asked.rejection
             return self._finish(asked, self._rows(asked, r.status, r.stage, r.reason, r.fields))
-        compiled = compile_stage(config, self.ctx.study, self.ctx.target, self.present, asked.tasks,
-                                 [f.result() for f in asked.futures])
+        with TIMELINE.span("wait for compiles", trial=asked.number):
+            infos = [f.result() for f in asked.futures]
+        compiled = compile_stage(config, self.ctx.study, self.ctx.target, self.present, asked.tasks, infos)
         if compiled.rejection:
             r = compiled.rejection
             return self._finish(asked, self._rows(asked, r.status, r.stage, r.reason, r.fields))
@@ -220,17 +207,19 @@ class Sweep:
         if elsewhere:
             return self._finish(asked, elsewhere, reused=True)
         binary = compiled.fields.get("binary")
-        twin, twin_rows = self._twin(binary, config.key)
+        twin, twin_rows = self.twins.claim(binary, config.key)
         if twin_rows:
             return self._finish(asked, records.copied_rows(
                 twin_rows, config, self.ctx.run_id, f"same binary as {twin}: its results, not re-timed",
                 asked.number, compiled.fields))
         status = None
         try:
-            slot = self.free.get()            # the next free device, for the check and the timing only
+            with TIMELINE.span("wait for a device", trial=asked.number):
+                slot = self.free.get()            # the next free device, for the check and the timing only
             try:
                 self._ensure_baselines(slot)
-                outcome = slot.worker.trial(config, edges=not asked.edge_tasks)
+                with TIMELINE.span("trial", f"device {slot.index}", config=config.key):
+                    outcome = slot.worker.trial(config, edges=not asked.edge_tasks)
             finally:
                 self.free.put(slot)
             if asked.edge_tasks and outcome.status == Status.TIMED:
@@ -246,52 +235,25 @@ class Sweep:
                 self.clock.time_s += outcome.time_s
             self._finish(asked, rows)
         finally:
-            self._release_binary(binary, config.key, status)
+            self.twins.release(binary, config.key, status)
 
     def _edge_step(self, asked: Asked, timed: TrialOutcome) -> TrialOutcome:
         """A config timed without its edge shapes: checked on them if a contender (:mod:`tuner.contenders`)."""
         def compile_edges() -> Rejection | None:
-            infos = [future.result() for future in [self.pool.submit(task, urgent=True) for task in asked.edge_tasks]]
+            with TIMELINE.span("wait for edge compiles", trial=asked.number):
+                infos = [future.result() for future in [self.pool.submit(task, urgent=True)
+                                                        for task in asked.edge_tasks]]
             return compile_stage(asked.config, self.ctx.study, self.ctx.target, self.present, asked.edge_tasks,
                                  infos).rejection
 
         def check() -> TrialOutcome:
             slot = self.free.get()
             try:
-                return slot.worker.check(asked.config)
+                with TIMELINE.span("edge check", f"device {slot.index}", config=asked.config.key):
+                    return slot.worker.check(asked.config)
             finally:
                 self.free.put(slot)
         return self.contenders.edges(timed, compile_edges, check)
-
-    def _twin(self, binary: str | None, key: str) -> tuple[str | None, list[Result] | None]:
-        """(config, rows) of an earlier config with the same binary, timed already or being timed
-        now by another trial of this sweep (then wait for it). (None, None): this trial times
-        the binary, and claims it so that its twins wait instead of timing it too."""
-        if not binary:
-            return None, None
-        with self.lock:
-            twin = self.by_binary.get(binary)
-            if twin is None:
-                self.by_binary[binary] = key
-                self.timing_binary[binary] = threading.Event()
-                return None, None
-            event = self.timing_binary.get(binary)
-        if event is not None:
-            event.wait(3 * self.options.trial_timeout_s)
-        with self.lock:
-            twin = self.by_binary.get(binary)
-            rows = self.known.get(twin) if twin and twin != key else None
-        return (twin, rows) if rows and Status(rows[0].status) == Status.TIMED else (None, None)
-
-    def _release_binary(self, binary: str | None, key: str, status: Status | None) -> None:
-        """The claimant is done: its binary stays known only if it was timed; its twins may go on."""
-        with self.lock:
-            if binary and self.by_binary.get(binary) == key:
-                if status != Status.TIMED:
-                    del self.by_binary[binary]
-                event = self.timing_binary.pop(binary, None)
-                if event is not None:
-                    event.set()
 
     def _stored_elsewhere(self, asked: Asked) -> list[Result] | None:
         """The config's rows if another sweep of this study stored them, or is timing the
@@ -318,15 +280,17 @@ class Sweep:
         if self.stopping and rows and rows[0].status in (Status.CRASHED, Status.TIMEOUT):
             return      # a worker killed as the sweep stops (a second Ctrl-C) judges nothing: redone on resume
         if not reused:
-            stored = self.store.insert_results(rows)
+            with TIMELINE.span("store", trial=asked.number):
+                stored = self.store.insert_results(rows)
             reused = stored is not rows
             rows = stored
         with self.lock:
             self.known[asked.config.key] = rows
         value = records.objective(rows, self.ctx.study.metric)
         status = Status(rows[0].status)
-        self.search.tell(asked.number, value, {"status": str(status), "reason": (rows[0].reason or "")[:300],
-                                               "config": asked.config.key, "reused": reused})
+        with TIMELINE.span("tell", trial=asked.number):     # "config" was set as it was asked
+            self.search.tell(asked.number, value, {"status": str(status), "reason": (rows[0].reason or "")[:300],
+                                                   "reused": reused})
         with self.lock:
             self.counts[status] += 1
             self.progress.update(asked.config, value, status, self.ctx.study.metric)
@@ -347,13 +311,16 @@ class Sweep:
         if slot.ctx.baselines:
             return
         started = time.perf_counter()
-        slot.ctx.device = slot.worker.device_info()
-        slot.ctx.baselines = slot.worker.baselines()
+        with TIMELINE.span("worker start, baselines", f"device {slot.index}"):
+            slot.ctx.device = slot.worker.device_info()
+            slot.ctx.baselines = slot.worker.baselines()
         if slot.index == 0:
             self.ctx.baselines = slot.ctx.baselines
         self.store.add(*records.baseline_rows(self.ctx.run_id, slot.ctx.baselines, "start", slot.ctx.device))
-        report.baselines_ready(slot.index, slot.ctx.device if len(self.slots) > 1 else None, slot.ctx.baselines,
-                               time.perf_counter() - started)
+        took = time.perf_counter() - started
+        with self.lock:
+            self.clock.start_s += took
+        report.baselines_ready(slot.index, slot.ctx.device if len(self.slots) > 1 else None, slot.ctx.baselines, took)
 
     def _end_of_run(self) -> None:
         """The finalists on the first device, then how far SDPA drifted since the run's start: read off

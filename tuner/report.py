@@ -19,22 +19,25 @@ from tuner.winners import winner_rows
 class Clock:
     """Wall time of the run, split by stage (seconds)."""
 
-    compile_s: float = 0.0
+    start_s: float = 0.0           # the workers' start and SDPA baselines
+    idle_s: float = 0.0            # devices free, waiting for a trial (its compiles, Optuna, the store)
     check_s: float = 0.0
     time_s: float = 0.0
     retime_s: float = 0.0
     drift: float | None = None     # largest change of an SDPA baseline from the run's start to its end
-    workers: int = 1               # check and time are summed over the workers
+    workers: int = 1               # start, idle, check and time are summed over the workers
     started: float = field(default_factory=time.perf_counter)
 
     def line(self) -> str:
         total = time.perf_counter() - self.started
-        other = max(0.0, total - self.compile_s - self.check_s - self.time_s - self.retime_s)
-        text = (f"wall time {total:.0f} s: compile {self.compile_s:.0f} s (waiting on the compile pool), "
-                f"check {self.check_s:.0f} s, time {self.time_s:.0f} s, finalists {self.retime_s:.0f} s, "
-                f"other {other:.0f} s (worker start, SDPA baselines, references, database)")
+        per_device = (self.start_s + self.idle_s + self.check_s + self.time_s) / max(1, self.workers)
+        other = max(0.0, total - per_device - self.retime_s)
+        text = (f"wall time {total:.0f} s: worker start and SDPA baselines {self.start_s:.0f} s, devices idle "
+                f"{self.idle_s:.0f} s (waiting for compiles, Optuna and the store), check {self.check_s:.0f} s, "
+                f"time {self.time_s:.0f} s, finalists {self.retime_s:.0f} s, other {other:.0f} s (each check's "
+                "and timing's launch, the run's start and end)")
         if self.workers > 1:
-            text += f" (check and time summed over {self.workers} workers, each on its own device)"
+            text += f" (start, idle, check and time summed over {self.workers} workers, each on its own device)"
         if self.drift is not None:
             text += (f"\nSDPA baselines moved by at most {100 * self.drift:.1f}% between the start and the end "
                      "of the run")

@@ -19,13 +19,16 @@ import warnings
 from dataclasses import dataclass
 
 import optuna
-from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from tuner.space import CATEGORICAL, LOG2, SearchSpace
+from tuner.samplers import SAMPLERS, config_of, distributions, fully_asked, make_sampler
+from tuner.space import SearchSpace
 from tuner.store import commit_without_fsync, engine_options, mentions, pid_alive, retrying
 
-SAMPLERS = ("tpe", "grid", "random")
+__all__ = ["GRACE_S", "HEARTBEAT", "HEARTBEAT_S", "OWNER_ATTR", "REJECTED_CONSTRAINT", "SAMPLERS", "SearchSession",
+           "config_of", "distributions", "grid_left", "grid_size", "make_sampler", "open_storage", "orphaned_trials",
+           "owner", "owner_dead"]
+
 OWNER_ATTR = "owner"              # "host:pid" of the sweep that asked the trial
 REJECTED_CONSTRAINT = "rejected"  # 1.0 when the config was rejected: TPE models it as infeasible, not slow
 # Heartbeats (seconds): every sweep records one per held trial at this interval; another
@@ -36,91 +39,6 @@ HEARTBEAT_ENV = "FA2_TUNER_HEARTBEAT"
 HEARTBEAT_S, GRACE_S, RESCAN_S = (float(x) for x in os.environ.get(HEARTBEAT_ENV, "10,60,15").split(","))
 HEARTBEAT = (int(max(1, HEARTBEAT_S)), int(max(2, GRACE_S)))
 _RETRY = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
-
-
-def asked_axes(space: SearchSpace) -> list[tuple[object, tuple]]:
-    """(axis, values) of the axes Optuna is asked for (:meth:`tuner.space.Axis.asked`): the others
-    are knobs the space leaves off, which :func:`config_of` fills in."""
-    return [(axis, space[axis.name]) for axis in space.kernel.config_type.axes() if axis.asked(space[axis.name])]
-
-
-def distributions(space: SearchSpace, sampler: str = "grid") -> dict:
-    """The parameters Optuna samples, from the kernel's axes: under ``tpe`` each axis in its own
-    encoding (ordered exponents of powers of two, ordered integers, or categoricals: the knobs,
-    a few unordered choices each, learnt jointly with the tiles by TPE's multivariate model);
-    categoricals of every axis otherwise (the grid's axes). Both decode with :func:`config_of`."""
-    if sampler != "tpe":
-        return {axis.name: CategoricalDistribution(list(values)) for axis, values in asked_axes(space)}
-    out = {}
-    for axis, space_values in asked_axes(space):
-        values = sorted(space_values)
-        if axis.tpe == CATEGORICAL:
-            out[axis.tpe_param] = CategoricalDistribution(list(space_values))
-        elif axis.tpe == LOG2:
-            exponents = [v.bit_length() - 1 for v in values]
-            if any(2 ** e != v for e, v in zip(exponents, values)):
-                raise ValueError(f"{axis.name} values must be powers of two for the tpe sampler; got {values}")
-            out[axis.tpe_param] = IntDistribution(min(exponents), max(exponents))
-        else:
-            out[axis.tpe_param] = IntDistribution(min(values), max(values))
-    return out
-
-
-class _GridSampler(optuna.samplers.GridSampler):
-    """Optuna's grid sampler, for ask-and-tell: its ``after_trial`` calls ``study.stop()``
-    when the grid is done, which only works inside ``study.optimize``. The sweep stops
-    on :func:`grid_left` instead."""
-
-    def after_trial(self, study, trial, state, values) -> None:
-        return None
-
-
-def make_sampler(name: str, space: SearchSpace, seed: int | None = None) -> optuna.samplers.BaseSampler:
-    """An Optuna sampler by name.
-
-    Args:
-        name: ``tpe`` (constant liar, so a batch asked at once spreads out; rejected
-            configs carry the :data:`REJECTED_CONSTRAINT` so it learns where they are), ``grid``
-            (every config once, in random order) or ``random``.
-        space: the search space (the grid's axes).
-        seed: for reproducible searches.
-
-    Raises:
-        ValueError: unknown name; the message lists the valid ones.
-    """
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, constant_liar=True, multivariate=True, group=False,
-                                          n_startup_trials=10)
-    if name == "grid":
-        return _GridSampler({axis.name: list(values) for axis, values in asked_axes(space)}, seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise ValueError(f"unknown sampler {name!r}; use one of {', '.join(SAMPLERS)}")
-
-
-def config_of(params: dict, config_type):
-    """The config (of ``config_type``) a trial's parameters stand for, in either encoding. A knob
-    missing from the parameters (a trial stored before the knob existed) is off."""
-    values = {}
-    for axis in config_type.axes():
-        kind = type(axis.default[0])
-        if axis.tpe == LOG2 and axis.tpe_param in params:
-            values[axis.name] = 2 ** int(params[axis.tpe_param])
-        elif axis.tpe_param in params:
-            values[axis.name] = kind(params[axis.tpe_param])
-        elif axis.name in params:
-            values[axis.name] = kind(params[axis.name])
-        elif axis.knob:
-            values[axis.name] = axis.plain
-        else:
-            raise ValueError(f"trial parameters {sorted(params)} lack {axis.name!r} (or {axis.tpe_param!r})")
-    return config_type(**values)
-
-
-def fully_asked(params: dict, config_type) -> bool:
-    """A trial with a parameter for every tile axis (one with fewer was never fully asked;
-    trials stored before a knob existed lack that knob, which is off)."""
-    return len(params) >= len(config_type.tiles())
 
 
 def owner() -> str:
@@ -269,6 +187,7 @@ class SearchSession:
                 self.study.enqueue_trial(space.trial_params(config, sampler == "tpe"), skip_if_exists=True)
         self.total = grid_size(space) if self.grid else (trials or 100)
         self.me = owner()
+        self.ids: dict[int, int] = {}          # trial number -> id, of the trials this sweep asked
         self.heartbeat = Heartbeat(self.storage, HEARTBEAT[0])
         self.heartbeat.start()
         self._scanned = 0.0
@@ -318,9 +237,11 @@ class SearchSession:
                 orphan, self.orphans = self.orphans[0], self.orphans[1:]
             trial = self.trial(orphan.number)
             try:
-                trial.set_user_attr(OWNER_ATTR, self.me)
+                for key, value in ((OWNER_ATTR, self.me), ("config", orphan.config.key)):
+                    trial.set_user_attr(key, value)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue                    # another sweep took it over and finished it first
+            self.ids[orphan.number] = trial._trial_id
             self.heartbeat.beat(trial._trial_id)
             return orphan.number, orphan.config
 
@@ -340,11 +261,23 @@ class SearchSession:
                 return None
             self._rescan()
             return "wait" if not self.orphans else self._ask_once()
-        with _quiet():
-            trial = self.study.ask(self.distributions)
-        trial.set_user_attr(OWNER_ATTR, self.me)
-        self.heartbeat.beat(trial._trial_id)
-        return trial.number, config_of(trial.params, self.config_type)
+        point = self.study.sampler.next_point(trials) if self.grid and not waiting else None
+        if point is not None:       # the grid's trial in one transaction, where study.ask makes one per parameter
+            grid_id, params, system_attrs = point
+            config = config_of(params, self.config_type)
+            trial_id = self.storage.create_new_trial(self.study_id, optuna.trial.create_trial(
+                state=TrialState.RUNNING, params=params, distributions=self.distributions, system_attrs=system_attrs,
+                user_attrs={OWNER_ATTR: self.me, "config": config.key}))
+            number = self.storage.get_trial_number_from_id(trial_id)
+        else:
+            with _quiet():
+                trial = self.study.ask(self.distributions)
+            trial_id, number, config = trial._trial_id, trial.number, config_of(trial.params, self.config_type)
+            for key, value in ((OWNER_ATTR, self.me), ("config", config.key)):
+                trial.set_user_attr(key, value)
+        self.ids[number] = trial_id
+        self.heartbeat.beat(trial_id)
+        return number, config
 
     def leader(self, number: int, config) -> int | None:
         """The lowest-numbered other RUNNING trial of the same config, if it comes before
@@ -368,11 +301,10 @@ class SearchSession:
             False if the trial was already finished elsewhere (another sweep judged this
             one dead and re-queued its config): the rows are stored all the same.
         """
-        trial = self.trial(number)
+        trial_id = self.ids.pop(number, None)
+        trial = optuna.trial.Trial(self.study, trial_id) if trial_id is not None else self.trial(number)
         self.heartbeat.release(trial._trial_id)
-        if self.storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
-            return False
-        try:
+        try:       # a trial finished elsewhere refuses the first attribute (UpdateFinishedTrialError)
             for key, item in attrs.items():
                 trial.set_user_attr(key, item)
             trial.set_constraint(REJECTED_CONSTRAINT, 0.0 if value > 0 else 1.0)

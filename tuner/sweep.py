@@ -20,7 +20,6 @@ import threading
 from pathlib import Path
 
 from tuner import search
-from tuner.budget_only import optuna_study_name
 from tuner.contenders import EDGE_GATES
 from tuner.driver import Sweep, SweepOptions
 from tuner.finalists import RETIMES
@@ -28,9 +27,9 @@ from tuner.formatting import usage_error
 from tuner.gate import EDGE_MARGIN
 from tuner.gpus import GpuSpec, valid_names
 from tuner.outcome import WorkerFailed
+from tuner.outputs import budget_only_ending, profile_best, write_outputs
 from tuner.records import RunContext
 from tuner.report import summary
-from tuner.status import Status
 from tuner.store import (
     DEFAULT_OUT,
     INTERRUPTED,
@@ -44,6 +43,7 @@ from tuner.store import (
     parse_url,
 )
 from tuner.study import PASSES, StudyError, load
+from tuner.trace import TIMELINE, idle_line
 
 DEFAULT_STUDY = "article"
 EXAMPLES = f"""examples:
@@ -97,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "without it); its journal mode is left as it is")
     parser.add_argument("--seed", type=int, help="sampler seed, for a reproducible search")
     parser.add_argument("--jobs", type=int, help="compile processes (default: all cores but two)")
-    parser.add_argument("--batch", type=int, help="trials asked at once and compiled together (default: two "
-                                                  "waves of the compile pool, at least cores - 2; tpe: 4 to 16)")
+    parser.add_argument("--batch", type=int, help="half the trials in flight: asked ahead, compiling or waiting "
+                                                  "for a device (default: two waves of the compile pool, at least "
+                                                  "cores - 2; tpe: 4 to 16)")
     parser.add_argument("--trial-timeout", type=float, default=180.0,
                         help="seconds before a trial's worker is killed and the config recorded as a timeout "
                              "(default 180)")
@@ -121,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="at the end, profile each shape's best K configs (default 3) and SDPA with Nsight "
                              "Compute, as python -m tuner.profile does; skipped, saying why, without ncu")
     parser.add_argument("--no-outputs", action="store_true", help="skip the dashboards and the emitted config list")
+    parser.add_argument("--trace", metavar="FILE", help="write the run's timeline (each trial's ask, compiles, check, "
+                                                        "timing and store) to FILE, a new Chrome trace-event JSON "
+                                                        "file for ui.perfetto.dev; and say how long the GPU sat idle")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help=argparse.SUPPRESS)
     return parser
 
@@ -136,6 +140,17 @@ def _check_numbers(args) -> str | None:
         value = getattr(args, name)
         if value is not None and not value > 0:
             return f"--{name.replace('_', '-')} {value} must be a positive number of seconds"
+    return None
+
+
+def _check_paths(args) -> str | None:
+    """--out must be a folder (or missing); --trace a new file in an existing folder."""
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        return f"--out {args.out!r} is a file; give a folder (it is created if missing)"
+    if args.trace and Path(args.trace).exists():
+        return f"--trace {args.trace!r} exists; give a new file (nothing is overwritten)"
+    if args.trace and not Path(args.trace).resolve().parent.is_dir():
+        return f"--trace {args.trace!r}: its folder does not exist"
     return None
 
 
@@ -206,12 +221,16 @@ def main(argv=None) -> int:
     problem = _check_numbers(args)
     if problem:
         return usage_error(parser, problem)
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        return usage_error(parser, f"--out {args.out!r} is a file; give a folder (it is created if missing)")
+    problem = _check_paths(args)
+    if problem:
+        return usage_error(parser, problem)
+    if args.trace:
+        TIMELINE.enable()
     url, problem = _storage_url(args)
     if problem:
         return usage_error(parser, problem)
-    resolved = _resolve_gpus(args, parser)
+    with TIMELINE.span("the GPU present", "sweep"):
+        resolved = _resolve_gpus(args, parser)
     if isinstance(resolved, int):
         return resolved
     target, present, gpu_label = resolved
@@ -220,7 +239,8 @@ def main(argv=None) -> int:
         return usage_error(parser, problem)
     args.workers = workers
     try:
-        db = Store(url, adopt=args.storage_init)
+        with TIMELINE.span("open the store", "sweep"):
+            db = Store(url, adopt=args.storage_init)
         stored = db.claim_study(study.name, study.fingerprint, study.path)
     except StoreError as exc:
         return usage_error(parser, f"--storage: {exc}")
@@ -234,7 +254,8 @@ def main(argv=None) -> int:
 def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> int:
     from kernel.timing import environment
 
-    env = environment()
+    with TIMELINE.span("the environment (versions, GPU, driver)", "sweep"):
+        env = environment()
     command = " ".join(["python -m tuner.sweep"] + list(argv if argv is not None else sys.argv[1:]))
     for gone in mark_gone_runs(db, search.GRACE_S):
         print(f"note: run {gone.id} ({gone.command!r} on {gone.host}, pid {gone.pid}) was left running by a process "
@@ -250,7 +271,8 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
     main_thread = threading.current_thread() is threading.main_thread()      # signals are the main thread's
     previous = signal.signal(signal.SIGINT, _first_interrupt) if main_thread else None
     try:
-        return _search_and_outputs(args, ctx, present, db)
+        with TIMELINE.span("sweep", "sweep"):
+            return _search_and_outputs(args, ctx, present, db)
     except KeyboardInterrupt:
         if main_thread:
             signal.signal(signal.SIGINT, signal.SIG_IGN)     # the message and the row come first
@@ -259,6 +281,9 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
         heartbeat.stop()
         if main_thread:
             signal.signal(signal.SIGINT, previous)
+        if args.trace:
+            TIMELINE.write(args.trace)
+            print(f"{idle_line(TIMELINE)}; trace in {args.trace}", file=sys.stderr)
 
 
 def _first_interrupt(_signum, _frame) -> None:
@@ -301,8 +326,8 @@ def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
         print(summary(ctx, db.results(study.name, target.name, ctx.gpu_label), counts, None))
         if args.profile:
             print("profile skipped: profiling needs the GPU, and there is none here", file=sys.stderr)
-        _outputs(args, ctx, db)
-        print(_budget_only_ending(args, ctx, db, counts))
+        write_outputs(args, ctx, db)
+        print(budget_only_ending(args, ctx, db, counts))
         return 0
     try:
         counts = sweep.run()
@@ -314,67 +339,11 @@ def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
               file=sys.stderr)
         return 1
     db.finish_run(ctx.run_id, "finished")
-    print(summary(ctx, db.results(study.name, target.name, ctx.gpu_label), counts, sweep.clock, sweep.verdicts))
-    _profile(args, ctx, db)
-    _outputs(args, ctx, db)
+    with TIMELINE.span("summary", "sweep"):
+        print(summary(ctx, db.results(study.name, target.name, ctx.gpu_label), counts, sweep.clock, sweep.verdicts))
+    profile_best(args, ctx, db)
+    write_outputs(args, ctx, db)
     return 0
-
-
-def _budget_only_ending(args, ctx: RunContext, db: Store, counts) -> str:
-    """The closing lines of a run without a GPU: what it wrote, what it could not, what to run next."""
-    fit = counts.get(Status.PENDING, 0)
-    configs = Path(args.out) / "configs" / f"{ctx.study.name}_{ctx.target.name}_configs.py"
-    return "\n".join([
-        "",
-        f"No CUDA GPU here, so the sweep stopped after the budget stage: {fit} of {sum(counts.values())} configs fit "
-        f"{ctx.target.name} and wait to be checked and timed, which needs the GPU itself.",
-        f"No config list was written ({configs} lists timed configs, and none was timed). To time them, run the "
-        f"same command on a machine with the GPU (--gpu {ctx.target.name}, or --gpu auto there), with this database "
-        f"copied along or --storage naming one both machines reach.",
-        f"Results: {db.url}; the verdicts are also the Optuna study {optuna_study_name(ctx)!r} "
-        f"(optuna-dashboard {db.url}): fits are COMPLETE trials valued by the shared memory they use, rejections "
-        f"PRUNED, compile errors FAIL, each with its reason."])
-
-
-def _profile(args, ctx: RunContext, db: Store) -> None:
-    """``--profile``: counters for each shape's best configs; a missing ncu or GPU skips it, saying why."""
-    if not args.profile:
-        return
-    from tuner import profile
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr)
-
-    try:
-        ncu = profile.find_ncu()
-        if args.device != "cuda":
-            raise profile.ProfileError("ncu profiles GPU kernels, and this sweep ran in the interpreter")
-        rows = profile.profile_study(db, ctx.study, ctx.target.name, ctx.gpu_label, args.profile, ncu=ncu, say=say)
-    except profile.ProfileError as exc:
-        say(f"profile skipped: {exc}")
-        return
-    print("\n".join(profile.verdict_lines(rows)))
-
-
-def _outputs(args, ctx: RunContext, db: Store) -> None:
-    """Dashboards and the emitted config list, from the store (skipped with --no-outputs)."""
-    if args.no_outputs:
-        return
-    from tuner import dashboard, emit
-
-    folder = Path(args.out) / "dashboards"
-    pages = dashboard.build_all(db, folder)
-    print(f"dashboards: {len(pages)} pages in {folder}/ (open {folder / 'index.html'})")
-    rows = db.results(ctx.study.name, ctx.target.name, ctx.gpu_label)
-    if any(r.status == Status.TIMED for r in rows):
-        path = Path(args.out) / "configs" / f"{ctx.study.name}_{ctx.target.name}_configs.py"
-        try:
-            emitted = emit.emit(db, ctx.study, ctx.target, ctx.gpu_label)
-        except emit.EmitError as exc:
-            print(f"no config list emitted: {exc}", file=sys.stderr)
-            return
-        emit.write(emitted, path)
-        print(f"config list: {path} ({len(emitted.entries)} configs for @triton.autotune)")
 
 
 if __name__ == "__main__":

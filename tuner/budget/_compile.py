@@ -251,9 +251,17 @@ def quiet_compiler_pages(descriptors: tuple[int, ...] = (1, 2)) -> None:
     os.close(descriptor)
 
 
+COMPILE_NICENESS = 10      # added to a compile worker's niceness (0 is the default; 19 the lowest priority)
+
+
 def worker_init() -> None:
-    """A pool worker's start (:class:`tuner.budget._pool.CompilePool`)."""
+    """A pool worker's start (:class:`tuner.budget._pool.CompilePool`), at a lower priority: with
+    a compiler on every core but two, the sweep's own process (Optuna, the store, each trial's
+    hand-off) and the GPU worker (each launch) waited for a core and left the GPU idle (the trace,
+    docs/results/2026-12-01-h200-tuner-speed.md, round 4)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the sweep's to handle; it closes the pool
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(COMPILE_NICENESS)
     quiet_compiler_pages()
 
 

@@ -11,6 +11,7 @@ import heapq
 import itertools
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, as_completed
 from functools import partial
@@ -25,6 +26,7 @@ from tuner.budget._compile import (
     without_interpreter,
     worker_init,
 )
+from tuner.trace import TIMELINE
 
 __all__ = ["CompilePool", "compile_many"]
 
@@ -46,6 +48,7 @@ class CompilePool:
         self._waiting: list[tuple[int, int, CompileTask, Future]] = []     # a heap: (urgency, order, ...)
         self._order = itertools.count()
         self._busy = 0
+        self._lanes: list[int] = []      # the timeline's free compile lanes (--trace)
         self._changed = threading.Condition()
         self._feeder: threading.Thread | None = None
         self._closing = False
@@ -93,13 +96,20 @@ class CompilePool:
                 if not done.set_running_or_notify_cancel():
                     continue
                 self._busy += 1
+                lane = self._lanes.pop() if self._lanes else self._busy
             with without_interpreter():           # workers are spawned inside submit, as they are needed
                 running = self._ensure_executor().submit(_compile.compile_config, task)
-            running.add_done_callback(partial(self._finished, done))
+            running.add_done_callback(partial(self._finished, done, (lane, time.perf_counter(), task)))
 
-    def _finished(self, done: Future, running: Future) -> None:
+    def _finished(self, done: Future, traced: tuple, running: Future) -> None:
+        lane, started, task = traced
+        if TIMELINE.on:
+            about = (dict(config=task.config.key, shape=task.problem.label, sm=task.capability)
+                     if isinstance(task, CompileTask) else {"task": str(task)})
+            TIMELINE.add("compile", f"compile {lane}", started, time.perf_counter(), **about)
         with self._changed:
             self._busy -= 1
+            self._lanes.append(lane)
             self._changed.notify_all()
         try:
             done.set_result(running.result())
