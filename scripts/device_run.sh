@@ -306,6 +306,11 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
     imports32) for i in 1 2; do /usr/bin/time -f "import tuner.sweep, try $i: %e s" python3 -X importtime -c "import tuner.sweep" \
                  2> "$W/imports$i.log"; tail -1 "$W/imports$i.log"; done
                sort -t'|' -k2 -n "$W/imports1.log" | tail -14 | cut -c1-110;;
+    stab32) R=$W/stab32; mkdir -p "$R"   # issue 24: the top-5 spread again, on main32's store (carried)
+         for i in 1 2; do TRITON_CACHE_DIR=$R/triton timeout 150 python3 -m benchmarks.search stability \
+           --storage "sqlite:///$PWD/.cache/carry/main32.db" --study article --gpu sm_89 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" \
+           --top 5 --repeats 5 --markdown "$R/stability$i.md" > "$R/stability$i.log" 2>&1; echo "stability $i rc=$?"
+           tail -9 "$R/stability$i.log"; done;;
     bwdroute32) R=$W/bwdroute32; mkdir -p "$R"   # the default backward's cached plan (d6557b6) on the GPU
          timeout ${ROUTE_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_bwd_route.py \
            tests/test_gluon_bwd_plan.py tests/test_autograd_gluon.py > "$R/tests.log" 2>&1
