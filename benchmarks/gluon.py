@@ -45,6 +45,12 @@ CANDIDATES = {
     "ws-in-order": ("ws", dict(overlap=False, pingpong=False)),
     "ws-one-consumer": ("ws", dict(block_m=64)),
     "ws-not-persistent": ("ws", dict(persistent=0)),
+    # 192-row tiles over three consumers (no turns; 152 registers each fit the file): FA3's D=64 tile
+    "ws-192": ("ws", dict(block_m=192, pingpong=False, consumer_regs=152)),
+    "ws-192-in-order": ("ws", dict(block_m=192, pingpong=False, overlap=False, consumer_regs=152)),
+    "ws-192-in-order-s3": ("ws", dict(block_m=192, pingpong=False, overlap=False, consumer_regs=152, num_stages=3)),
+    "ws-192-in-order-p0": ("ws", dict(block_m=192, pingpong=False, overlap=False, consumer_regs=152, persistent=0)),
+    "ws-192-in-order-n64": ("ws", dict(block_m=192, block_n=64, pingpong=False, overlap=False, consumer_regs=152)),
 }
 
 

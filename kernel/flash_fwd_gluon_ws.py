@@ -1,12 +1,12 @@
-"""The warp-specialized Gluon forward: a TMA producer warp and one or two consumer warpgroups.
+"""The warp-specialized Gluon forward: a TMA producer warp and one to three consumer warpgroups.
 
 A program takes query tiles of ``64 * CONSUMERS`` rows (tile pid, pid + programs, ...). Its
 partitions (``gl.warp_specialize``):
 
 * the default partition is consumer 0 (4 warps), the first worker is the producer (1 warp,
-  few registers), the second worker, with two consumers, is consumer 1 (4 warps);
+  few registers), the next workers are consumers 1 and 2 where there are (4 warps each);
 * consumer c owns query rows [64 c, 64 c + 64) of each tile, its own Q buffer and output
-  buffer; both consumers read the same key ring, so each stage's empty barriers count one
+  buffer; all consumers read the same key ring, so each stage's empty barriers count one
   arrival per consumer;
 * the producer loads, per query tile, each consumer's Q (once that consumer has released
   its Q buffer), then the tile's key and value tiles as stages come free;
@@ -98,7 +98,10 @@ def _consumer(q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars,
     q = q_bufs.index(C).reshape([ROWS, HEAD_DIM])
     o_buf = o_bufs.index(C)
     # Consumer 0 takes the first turn (it waits on a phase a fresh barrier counts as complete).
-    turns = (turn_bars.index(C), turn_bars.index(1 - C), 1 - C)
+    if PINGPONG:
+        turns = (turn_bars.index(C), turn_bars.index(1 - C), 1 - C)
+    else:           # no turns (three consumers have none): a placeholder that is never waited on
+        turns = (turn_bars.index(0), turn_bars.index(0), 0)
     tiles_m = gl.cdiv(N_Q, BLOCK_M)
     count = 0
     done = 0
@@ -163,7 +166,17 @@ def _fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, qk_scal
         mbarrier.init(turn_bars.index(i), count=1)
     ring = (k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty)
 
-    if CONSUMERS == 2:
+    if CONSUMERS == 3:         # 192-row tiles: no turns (the turnstile is for two)
+        gl.warp_specialize([
+            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K,
+                         qk_scale, 0, CAUSAL, CONSUMERS, OVERLAP, False)),
+            (_producer, (q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, CAUSAL, CONSUMERS)),
+            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K,
+                         qk_scale, 1, CAUSAL, CONSUMERS, OVERLAP, False)),
+            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K,
+                         qk_scale, 2, CAUSAL, CONSUMERS, OVERLAP, False)),
+        ], [1, 4, 4], [PRODUCER_REGS, CONSUMER_REGS, CONSUMER_REGS])
+    elif CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K,
                          qk_scale, 0, CAUSAL, CONSUMERS, OVERLAP, PINGPONG)),

@@ -21,7 +21,7 @@ class GluonConfig:
 
     Attributes:
         variant: "pipelined" (one partition) or "ws" (warp-specialized).
-        block_m: query rows per tile, 64 or 128: one or two warpgroups of 64 rows
+        block_m: query rows per tile, 64 or 128 (ws: also 192): warpgroups of 64 rows
             (pipelined: ``block_m // 16`` warps in one partition; ws: ``block_m // 64`` consumers).
         block_n: keys per tile, 64 or 128.
         num_stages: K/V ring buffers (each holds a key and a value tile).
@@ -76,9 +76,10 @@ class GluonConfig:
         found = []
         if self.variant not in VARIANTS:
             found.append(f"variant={self.variant!r} must be one of {VARIANTS}")
-        for name in ("block_m", "block_n"):
-            if getattr(self, name) not in (64, 128):
-                found.append(f"{name}={getattr(self, name)!r} must be 64 or 128")
+        if self.block_m not in ((64, 128, 192) if self.variant == "ws" else (64, 128)):
+            found.append(f"block_m={self.block_m!r} must be 64 or 128 (ws: also 192, three consumers)")
+        if self.block_n not in (64, 128):
+            found.append(f"block_n={self.block_n!r} must be 64 or 128")
         if not (isinstance(self.num_stages, int) and 1 <= self.num_stages <= 4):
             found.append(f"num_stages={self.num_stages!r} must be 1 to 4")
         for name in ("overlap", "pingpong"):
@@ -157,7 +158,7 @@ WS_WORD_BYTES = 4          # and a word per worker partition, placed last
 def _ws_capture_bytes(consumers: int, pingpong: bool) -> int:
     rank5, rank2 = 8 + 4 * 5, 8 + 4 * 2
     size = 3 * 8 + 3 * rank5 + 6 * rank2 + 4 * 4          # producer
-    if consumers == 2:
+    if consumers >= 2:
         size += 8 + rank5 + 8 + 4 + (rank2 if pingpong else 0)
     return -(-size // 16) * 16
 

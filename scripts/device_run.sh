@@ -311,6 +311,9 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
            --storage "sqlite:///$PWD/.cache/carry/main32.db" --study article --gpu sm_89 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" \
            --top 5 --repeats 5 --markdown "$R/stability$i.md" > "$R/stability$i.log" 2>&1; echo "stability $i rc=$?"
            tail -9 "$R/stability$i.log"; done;;
+    g192) R=$W/g192; mkdir -p "$R"   # issue 25: 192-row tiles over three consumers at D=64, against the default ws
+         timeout ${G192_S:-200} python3 -m benchmarks.gluon --head-dim 64 --variant ws --variant ws-192 \
+           --variant ws-192-in-order ${G192_MORE:-} --markdown "$R/g192.md" > "$R/g192.log" 2>&1; echo "g192 rc=$?"; tail -22 "$R/g192.log";;
     bwdroute32) R=$W/bwdroute32; mkdir -p "$R"   # the default backward's cached plan (d6557b6) on the GPU
          timeout ${ROUTE_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_bwd_route.py \
            tests/test_gluon_bwd_plan.py tests/test_autograd_gluon.py > "$R/tests.log" 2>&1

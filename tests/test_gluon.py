@@ -58,6 +58,9 @@ FALLBACKS = [
     GluonConfig("ws", 128, 128, num_stages=1, overlap=False, pingpong=False),
 ]
 SPLIT = GluonConfig("ws", 128, 128, num_stages=2, producer_regs=32, consumer_regs=232)
+# 192-row tiles over three consumers at D=64 (in order, without turns; 152 registers each): 1.00x
+# SDPA-cuDNN causal and 0.97x not on the H200 (docs/results/2026-12-01-h200-gluon.md).
+THREE = GluonConfig("ws", 192, 128, num_stages=2, overlap=False, pingpong=False, persistent=0, consumer_regs=152)
 
 
 def _compile_cases() -> dict:
@@ -70,6 +73,7 @@ def _compile_cases() -> dict:
     for index, config in enumerate(FALLBACKS):
         cases[f"fallback{index}"] = (config, 128, index % 2 == 1, 300)
     cases["split"] = (SPLIT, 128, False, 1000)
+    cases["three"] = (THREE, 64, True, 1000)
     return cases
 
 
@@ -129,6 +133,24 @@ def test_fallback_configs_compile_and_match_the_smem_model(index, compiled):
     report = _ok(compiled[f"fallback{index}"])
     assert report["shared"] == report["model"]
     assert report["markers"]["setmaxnreg"] == (FALLBACKS[index].variant == "ws")
+
+
+@needs_gluon_api
+def test_three_consumers_compile_without_spills_and_match_the_smem_model(compiled):
+    report = _ok(compiled["three"])
+    assert report["shared"] == report["model"] == 115_100
+    assert ["setmaxnreg.inc", "152"] in report["regs"] and ["setmaxnreg.dec", "24"] in report["regs"]
+    assert report["maxnreg"] == [str(THREE.maxnreg)] == ["120"]       # 4 warpgroups x 128 threads x 120 <= 65,536
+    if report["resources"]:
+        assert report["resources"]["STACK"] == 0, f"register spills: {report['resources']}"
+
+
+def test_three_consumers_are_ws_only_and_need_their_registers_to_fit():
+    assert GluonConfig("pipelined", 192, 128).problems(64) == [
+        "block_m=192 must be 64 or 128 (ws: also 192, three consumers)"]
+    assert not THREE.problems(64)
+    assert GluonConfig("ws", 192, 128, pingpong=True).pingpong is False      # turns are for two consumers
+    assert any(p.startswith("registers:") for p in GluonConfig("ws", 192, 128, consumer_regs=240).problems(64))
 
 
 @needs_gluon_api

@@ -1,11 +1,11 @@
-"""How the space is searched: Optuna samplers, and the ask/tell bookkeeping around them.
+"""How the space is searched: the ask/tell bookkeeping around Optuna's samplers.
 
-The sweep drives Optuna by ask and tell, in batches, so that a batch's configs compile
-in parallel before they are timed one at a time. This module keeps Optuna's side of
-that: which sampler, the parameter distributions (from the kernel's axes, each with its own
-encoding, :class:`tuner.space.Axis`), how a trial becomes a config of the kernel, and how
-trials left running by a killed sweep are found and finished on the next run (so a
-``kill -9`` loses nothing and repeats nothing).
+The sweep drives Optuna by ask and tell, a trial at a time with a window of them in flight
+(:mod:`tuner.pipeline`), so that their configs compile in parallel before each is timed. This
+module keeps Optuna's side of that: a session on a study in the store (the samplers, their
+parameters and how a trial becomes a config are :mod:`tuner.samplers`'), the grid's trials
+written in one transaction each, and how trials left running by a killed sweep are found and
+finished on the next run (so a ``kill -9`` loses nothing and repeats nothing).
 """
 
 from __future__ import annotations
