@@ -52,6 +52,15 @@ CANDIDATES = {
     "ws-192-in-order-p0": ("ws", dict(block_m=192, pingpong=False, overlap=False, consumer_regs=152, persistent=0)),
     "ws-192-in-order-n64": ("ws", dict(block_m=192, block_n=64, pingpong=False, overlap=False, consumer_regs=152)),
 }
+# Candidates for some head dims only (the others everywhere): three consumers of 152 registers are
+# FA3's D=64 tile; at D=128 their accumulators do not fit in those registers (or, at 3 stages,
+# their tiles in shared memory).
+ONLY_AT = {name: (64,) for name in CANDIDATES if name.startswith("ws-192")}
+
+
+def runs_at(name: str, head_dim: int) -> bool:
+    """Whether candidate ``name`` is timed (and smoke-tested) at ``head_dim``."""
+    return head_dim in ONLY_AT.get(name, (head_dim,))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -119,7 +128,7 @@ def smoke(name: str) -> int:
     from kernel.reference import accuracy
 
     failed = 0
-    for d, causal, b, h, n_q, n_k, knobs in SMOKE_CASES:
+    for d, causal, b, h, n_q, n_k, knobs in [case for case in SMOKE_CASES if runs_at(name, case[0])]:
         shape_q, shape_k = ((b, n_q, d), (b, n_k, d)) if h == 0 else ((b, h, n_q, d), (b, h, n_k, d))
         q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(shape_k, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -212,7 +221,8 @@ def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shap
     for name, pinned in sdpa_backends([s[:3] for s in sets], causal).items():
         if runs(pinned):
             pins[f"sdpa_{name}"], calls[f"sdpa_{name}"] = pinned
-    for name in variants:
+    row["notes"].update({name: f"not timed at D={head_dim}" for name in variants if not runs_at(name, head_dim)})
+    for name in [name for name in variants if runs_at(name, head_dim)]:
         variant, overrides = CANDIDATES[name]
         config = asdict(default_gluon_config(head_dim, causal, variant)) | overrides
         knobs = {key: value for key, value in config.items() if key != "variant"}

@@ -149,13 +149,15 @@ def test_the_host_benchmark_tabulates_every_path(monkeypatch):
 def test_every_benchmark_candidate_is_a_valid_config():
     from dataclasses import replace
 
-    from benchmarks.gluon import CANDIDATES
+    from benchmarks.gluon import CANDIDATES, runs_at
 
-    for variant, overrides in CANDIDATES.values():
+    for name, (variant, overrides) in CANDIDATES.items():
         for d in (64, 128):
             for causal in (False, True):
                 config = replace(default_gluon_config(d, causal, variant), **overrides)
-                assert config.problems(d) == [], (variant, overrides, d)
+                if runs_at(name, d):
+                    assert config.problems(d) == [], (name, d)
+    assert not runs_at("ws-192", 128) and runs_at("ws-192", 64) and runs_at("ws", 128)
 
 
 def test_the_benchmark_wants_a_gpu(monkeypatch):
