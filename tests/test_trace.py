@@ -33,6 +33,9 @@ def test_a_cpu_sweep_writes_a_trace_with_every_trial_on_a_device_lane(tiny, tmp_
     assert ("device 0", "worker start, baselines") in spans
     assert sum(name == "tell" for _, name in spans) >= len(timed)
     assert "timeline: devices busy" in capsys.readouterr().err
+    from tuner.trace import TIMELINE
+
+    assert not TIMELINE.on        # a later sweep in this process collects nothing unless asked
 
 
 def test_trace_refuses_an_existing_file_and_writes_nothing(tiny, tmp_path, sweep_args, capsys):

@@ -224,13 +224,10 @@ def main(argv=None) -> int:
     problem = _check_paths(args)
     if problem:
         return usage_error(parser, problem)
-    if args.trace:
-        TIMELINE.enable()
     url, problem = _storage_url(args)
     if problem:
         return usage_error(parser, problem)
-    with TIMELINE.span("the GPU present", "sweep"):
-        resolved = _resolve_gpus(args, parser)
+    resolved = _resolve_gpus(args, parser)
     if isinstance(resolved, int):
         return resolved
     target, present, gpu_label = resolved
@@ -239,8 +236,7 @@ def main(argv=None) -> int:
         return usage_error(parser, problem)
     args.workers = workers
     try:
-        with TIMELINE.span("open the store", "sweep"):
-            db = Store(url, adopt=args.storage_init)
+        db = Store(url, adopt=args.storage_init)
         stored = db.claim_study(study.name, study.fingerprint, study.path)
     except StoreError as exc:
         return usage_error(parser, f"--storage: {exc}")
@@ -254,6 +250,8 @@ def main(argv=None) -> int:
 def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> int:
     from kernel.timing import environment
 
+    if args.trace:        # every input checked: the run starts here (its first span, from the process's start)
+        TIMELINE.enable()
     with TIMELINE.span("the environment (versions, GPU, driver)", "sweep"):
         env = environment()
     command = " ".join(["python -m tuner.sweep"] + list(argv if argv is not None else sys.argv[1:]))
@@ -284,6 +282,7 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
         if args.trace:
             TIMELINE.write(args.trace)
             print(f"{idle_line(TIMELINE)}; trace in {args.trace}", file=sys.stderr)
+            TIMELINE.disable()
 
 
 def _first_interrupt(_signum, _frame) -> None:

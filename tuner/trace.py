@@ -40,7 +40,12 @@ class Timeline:
         now = time.perf_counter()
         self.events, self.lanes, self.t0 = [], {}, now - (process_age_s() or 0.0)
         if self.t0 < now:
-            self.add("python start, imports", "sweep", self.t0, now)
+            self.add("start: imports, arguments, the GPU present, the store", "sweep", self.t0, now)
+
+    def disable(self) -> None:
+        """Stop collecting and drop what was collected (the process may run another sweep)."""
+        with self.lock:
+            self.events, self.lanes = None, {}
 
     def add(self, name: str, lane: str, start: float, end: float, **args) -> None:
         """A span from ``start`` to ``end`` (``time.perf_counter()`` seconds) on ``lane``."""
