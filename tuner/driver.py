@@ -128,20 +128,21 @@ class Sweep:
         if options.device != "cpu":
             self.pool.start()         # the workers import Triton while Optuna and the GPU worker start
         # Nothing compiles after the search: the pool's processes exit while the finalists are timed.
-        closing = [threading.Thread(target=self.pool.close, name="fa2-tuner-close-pool")]
+        pool_closing = threading.Thread(target=self.pool.close, name="fa2-tuner-close-pool")
         try:
             self._search(deadline)
-            closing[0].start()
+            pool_closing.start()
             with TIMELINE.span("the run's end (finalists, SDPA's drift)", "sweep"):
                 self._end_of_run()
         finally:
             self.stopping = True
             self.progress.close()
             with TIMELINE.span("close the workers and the compile pool", "sweep"):
-                closing += [threading.Thread(target=slot.worker.close) for slot in self.slots]
-                for thread in closing:
-                    if thread.ident is None:       # not started yet
-                        thread.start()
+                if pool_closing.ident is None:     # the search raised
+                    pool_closing.start()
+                closing = [pool_closing] + [threading.Thread(target=slot.worker.close) for slot in self.slots]
+                for thread in closing[1:]:
+                    thread.start()
                 for thread in closing:
                     thread.join()
                 self.search.close()
@@ -214,14 +215,9 @@ class Sweep:
                 asked.number, compiled.fields))
         status = None
         try:
-            with TIMELINE.span("wait for a device", trial=asked.number):
-                slot = self.free.get()            # the next free device, for the check and the timing only
-            try:
+            with self._device(asked, "trial") as slot:      # for the check and the timing only
                 self._ensure_baselines(slot)
-                with TIMELINE.span("trial", f"device {slot.index}", config=config.key):
-                    outcome = slot.worker.trial(config, edges=not asked.edge_tasks)
-            finally:
-                self.free.put(slot)
+                outcome = slot.worker.trial(config, edges=not asked.edge_tasks)
             if asked.edge_tasks and outcome.status == Status.TIMED:
                 outcome = self._edge_step(asked, outcome)
             self.contenders.record(outcome)
@@ -247,13 +243,20 @@ class Sweep:
                                  infos).rejection
 
         def check() -> TrialOutcome:
-            slot = self.free.get()
-            try:
-                with TIMELINE.span("edge check", f"device {slot.index}", config=asked.config.key):
-                    return slot.worker.check(asked.config)
-            finally:
-                self.free.put(slot)
+            with self._device(asked, "edge check") as slot:
+                return slot.worker.check(asked.config)
         return self.contenders.edges(timed, compile_edges, check)
+
+    @contextlib.contextmanager
+    def _device(self, asked: Asked, what: str):
+        """The next free device, held for the block (a span ``what`` on its lane), then freed."""
+        with TIMELINE.span("wait for a device", trial=asked.number):
+            slot = self.free.get()
+        try:
+            with TIMELINE.span(what, f"device {slot.index}", config=asked.config.key):
+                yield slot
+        finally:
+            self.free.put(slot)
 
     def _stored_elsewhere(self, asked: Asked) -> list[Result] | None:
         """The config's rows if another sweep of this study stored them, or is timing the

@@ -70,13 +70,13 @@ class _GridSampler(optuna.samplers.GridSampler):
         grids, names, space = (getattr(self, name, None) for name in ("_all_grids", "_param_names", "_search_space"))
         if grids is None or names is None or space is None:
             return None
-        held, done = set(), set()
+        taken = set()           # points of trials finished or running (a waiting trial holds none)
         for t in trials:
             seen = t.system_attrs.get("search_space")
-            if "grid_id" in t.system_attrs and (seen == space or self._same_search_space(seen)):
-                (done if t.state.is_finished() else held if t.state == TrialState.RUNNING else set()).add(
-                    t.system_attrs["grid_id"])
-        free = sorted(set(range(len(grids))) - done - held)
+            if ("grid_id" in t.system_attrs and (t.state.is_finished() or t.state == TrialState.RUNNING)
+                    and (seen == space or self._same_search_space(seen))):
+                taken.add(t.system_attrs["grid_id"])
+        free = sorted(set(range(len(grids))) - taken)
         if not free:
             return None
         grid_id = int(self._rng.rng.choice(free))

@@ -202,8 +202,10 @@ class SearchSession:
 
     def trial(self, number: int) -> optuna.trial.Trial:
         """A handle on a trial asked earlier (perhaps by a sweep that died)."""
-        return optuna.trial.Trial(self.study,
-                                  self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number))
+        trial_id = self.ids.get(number)
+        if trial_id is None:
+            trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        return optuna.trial.Trial(self.study, trial_id)
 
     def _rescan(self) -> None:
         """Fail trials with a stale heartbeat (re-queued by Optuna) and collect this host's orphans."""
@@ -301,8 +303,8 @@ class SearchSession:
             False if the trial was already finished elsewhere (another sweep judged this
             one dead and re-queued its config): the rows are stored all the same.
         """
-        trial_id = self.ids.pop(number, None)
-        trial = optuna.trial.Trial(self.study, trial_id) if trial_id is not None else self.trial(number)
+        trial = self.trial(number)
+        self.ids.pop(number, None)
         self.heartbeat.release(trial._trial_id)
         try:       # a trial finished elsewhere refuses the first attribute (UpdateFinishedTrialError)
             for key, item in attrs.items():
