@@ -106,15 +106,16 @@ def compile_stage(config, study: Study, target: GpuSpec, present: GpuSpec | None
 
 def pool_sizes(sampler: str, workers: int, study: Study, target: GpuSpec, present: GpuSpec | None,
                jobs: int | None = None, batch: int | None = None, edges: bool = True) -> tuple[int, int]:
-    """(trials asked at once, compile processes), where the user gave neither.
+    """(a batch: half the trials the sweep keeps in flight, compile processes), where the user gave neither.
 
     Compile processes: the cores but two (the GPU worker and this process) on larger hosts. A
     batch holds about two full waves of the pool's compiles (:func:`compile_plan` of a config:
     every specialisation for the target, again for the GPU present where it is not the target,
-    and the gate's unless ``edges`` is False): the next batch compiles while this one is timed, and the pool has work
-    while a wave's slowest compile finishes (a batch of four configs once gave 14 processes 24
-    compiles, a second wave of 10). TPE's batch is 4 to 16, so that it still learns between
-    batches; other samplers do not learn from a batch: at least one config per process."""
+    and the gate's unless ``edges`` is False), so that with two batches in flight
+    (:func:`tuner.pipeline.stream`) the pool has work while the devices time the trials compiled
+    before (a batch of four configs once gave 14 processes 24 compiles, a second wave of 10).
+    TPE's batch is 4 to 16, so that it still learns from what it is told; other samplers do not
+    learn: at least one config per process."""
     cores = os.cpu_count() or 1
     jobs = jobs or (max(1, cores - 2) if cores > 4 else cores)
     if batch:
