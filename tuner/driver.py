@@ -1,8 +1,9 @@
 """The sweep: configs from Optuna, through budget, compile, check and time, into the store.
 
-:class:`Sweep` asks Optuna for a batch of trials, rejects what the budget rejects
-(:mod:`tuner.pre_gpu_stages`), compiles the rest on all cores while the previous batch is being
-checked and timed in the isolated worker (:mod:`tuner.runner`), and commits each trial's rows
+:class:`Sweep` asks Optuna for trials one at a time, two batches of them in flight
+(:mod:`tuner.pipeline`), rejects what the budget rejects (:mod:`tuner.pre_gpu_stages`), compiles
+the rest on all cores while earlier trials are checked and timed in the isolated worker
+(:mod:`tuner.runner`), each as soon as its own compiles are done, and commits each trial's rows
 before telling Optuna its value. Then each shape's finalists are re-timed together
 (:mod:`tuner.finalists`). Without a GPU, :meth:`Sweep.budget_only` runs stages 1-2 and stops.
 """
