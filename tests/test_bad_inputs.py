@@ -38,6 +38,7 @@ def files(tmp_path):
     empty.add(Run(study="x", target="sm_90", gpu="g", sampler="grid", command="", torch_version="",
                   triton_version="", driver=""))
     (tmp_path / "renamed.toml").write_text('name = "article"\n[problem]\nn = 128\n')
+    (tmp_path / "uneven.toml").write_text('name = "uneven"\n[problem]\nn = 128\n[space]\nnum_stages = [1, 2, 4]\n')
     (tmp_path / "bad-restriction.toml").write_text(SMALL_STUDY.replace("RULE", "block_m //"))
     (tmp_path / "all-raise.toml").write_text(SMALL_STUDY.replace("RULE", "block_m // (num_stages - num_stages) > 0"))
     _corrupt_store(tmp_path / "mid-corrupt.db", first=2)        # every page after the first is garbage
@@ -120,6 +121,7 @@ SWEEP = [
     (["--gpu", "sm_89", "--study", _t("binary.toml")], "not a text file"),
     (["--gpu", "sm_89", "--study", _t("bad.toml")], "not valid TOML"),
     (["--gpu", "sm_89", "--study", _t("bad-dtype.toml")], "dtype = 'bf32'"),
+    (["--gpu", "sm_89", "--study", _t("uneven.toml")], "num_stages values must be evenly spaced for the tpe sampler"),
     (["--gpu", "sm_89", "--trials", "0"], "--trials 0 must be at least 1"),
     (["--gpu", "sm_89", "--trials", "-3"], "--trials -3"),
     (["--gpu", "sm_89", "--trials", "abc"], "invalid int value: 'abc'"),

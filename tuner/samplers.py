@@ -3,6 +3,8 @@ trial's parameters become a config of the kernel (:mod:`tuner.search` drives the
 
 from __future__ import annotations
 
+import math
+
 import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
@@ -37,8 +39,12 @@ def distributions(space: SearchSpace, sampler: str = "grid") -> dict:
             if any(2 ** e != v for e, v in zip(exponents, values)):
                 raise ValueError(f"{axis.name} values must be powers of two for the tpe sampler; got {values}")
             out[axis.tpe_param] = IntDistribution(min(exponents), max(exponents))
-        else:
-            out[axis.tpe_param] = IntDistribution(min(values), max(values))
+        else:   # ordered integers, stepped by their common difference (query tiles of 64, 128, 192)
+            step = math.gcd(*(b - a for a, b in zip(values, values[1:]))) or 1
+            if len(values) != (max(values) - min(values)) // step + 1:
+                raise ValueError(f"{axis.name} values must be evenly spaced for the tpe sampler (it would ask for "
+                                 f"the values between them); got {values}")
+            out[axis.tpe_param] = IntDistribution(min(values), max(values), step=step)
     return out
 
 
@@ -114,6 +120,8 @@ def config_of(params: dict, config_type):
         kind = type(axis.default[0])
         if axis.tpe == LOG2 and axis.tpe_param in params:
             values[axis.name] = 2 ** int(params[axis.tpe_param])
+        elif f"log2_{axis.name}" in params:     # stored before the axis left the log2 encoding
+            values[axis.name] = 2 ** int(params[f"log2_{axis.name}"])
         elif axis.tpe_param in params:
             values[axis.name] = kind(params[axis.tpe_param])
         elif axis.name in params:

@@ -218,6 +218,11 @@ def main(argv=None) -> int:
         return usage_error(parser, f"--study: {exc}")
     if args.sampler not in search.SAMPLERS:
         return usage_error(parser, f"--sampler {args.sampler!r} is not one of {', '.join(search.SAMPLERS)}")
+    try:
+        search.distributions(study.space, args.sampler)      # what the sampler cannot encode, before any work
+    except ValueError as exc:
+        return usage_error(parser, f"--study {study.path} [space] under --sampler {args.sampler}: {exc}; "
+                                   f"or use --sampler grid or random")
     problem = _check_numbers(args)
     if problem:
         return usage_error(parser, problem)
