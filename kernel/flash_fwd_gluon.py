@@ -65,6 +65,7 @@ from kernel.gluon_config import (  # noqa: F401 (the public API: the launch's de
     default_gluon_config,
     gluon_configs,
     smem_bytes,
+    tile_defaults,
 )
 from kernel.gluon_launch import GluonLaunchPlan
 from kernel.launch import PLANS, cached_plan, plan_key
@@ -136,8 +137,9 @@ def gluon_support(capability: int | None = None) -> str | None:
 
 def supported() -> dict:
     """What the Gluon forward takes: dtypes, head dims, variants, knob values, and whether it runs here."""
-    return dict(dtypes=tuple(DTYPES.values()), head_dims=HEAD_DIMS, variants=VARIANTS, block_m=(64, 128),
-                block_n=(64, 128), num_stages=(1, 2, 3, 4), persistent="0 or programs per SM (1-8)",
+    return dict(dtypes=tuple(DTYPES.values()), head_dims=HEAD_DIMS, variants=VARIANTS,
+                block_m="64 or 128 (ws: also 192)", block_n=(64, 128), num_stages=(1, 2, 3, 4),
+                persistent="0 or programs per SM (1-8)",
                 regs="multiples of 8 in [24, 256]", unsupported_here=gluon_support())
 
 
@@ -255,8 +257,13 @@ def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool):
 
 
 def _config_from(variant, head_dim, causal, knobs: dict) -> GluonConfig:
-    config = replace(default_gluon_config(head_dim, causal, variant),
-                     **{name: value for name, value in knobs.items() if value is not None})
+    """The default config with the knobs a call sets; a ws query tile other than the default's
+    brings that tile's own schedule and registers (:func:`tile_defaults`) under the knobs set."""
+    given = {name: value for name, value in knobs.items() if value is not None}
+    config = default_gluon_config(head_dim, causal, variant)
+    if variant == "ws" and given.get("block_m", config.block_m) != config.block_m:
+        given = tile_defaults(given["block_m"]) | given
+    config = replace(config, **given)
     problems = config.problems(head_dim)
     if problems:
         raise ValueError(f"Gluon config {config}: " + "; ".join(problems))

@@ -103,6 +103,9 @@ class GluonConfig:
         return found
 
 
+# Three consumers over a 192-row tile (FA3's D=64 tile): in order, at the 152 registers each that fit
+# the register file (with two live score tiles, the overlapped schedule, they spill).
+_THREE_CONSUMERS = dict(pingpong=False, overlap=False, consumer_regs=152)
 # Defaults per (head_dim, causal): chosen by shared memory and register budget, not yet timed.
 GLUON_DEFAULTS = {
     "pipelined": {
@@ -120,6 +123,15 @@ GLUON_DEFAULTS = {
 }
 
 
+def tile_defaults(block_m: int) -> dict:
+    """The knobs a ws tile of ``block_m`` rows takes unless a call sets them: three consumers (192)
+    in order at 152 registers each (what fits the register file; two live score tiles spill), else
+    the overlapped schedule, two consumers' turns and 240 registers each."""
+    if block_m == 192:
+        return dict(_THREE_CONSUMERS)
+    return dict(overlap=GluonConfig.overlap, pingpong=GluonConfig.pingpong, consumer_regs=GluonConfig.consumer_regs)
+
+
 def default_gluon_config(head_dim: int, causal: bool = False, variant: str = "pipelined") -> GluonConfig:
     """The default config of ``variant`` for this head dim and mask."""
     try:
@@ -130,17 +142,18 @@ def default_gluon_config(head_dim: int, causal: bool = False, variant: str = "pi
 
 
 def gluon_configs(head_dim: int) -> list[GluonConfig]:
-    """Every config the Gluon forward supports at ``head_dim`` (the tuner's space), defaults' registers."""
+    """Every config the Gluon forward supports at ``head_dim``, at the defaults' registers (three ws
+    consumers at the 152 each that fit the register file)."""
     configs = []
-    for variant in VARIANTS:
-        for block_m in (64, 128):
-            for block_n in (64, 128):
-                for stages in (1, 2, 3, 4):
-                    for overlap in (False, True):
-                        for persistent in (0, 1, 2):
-                            config = GluonConfig(variant, block_m, block_n, stages, overlap, overlap, persistent)
-                            if not config.problems(head_dim):
-                                configs.append(config)
+    for variant, block_m in [(v, m) for v in VARIANTS for m in (64, 128)] + [("ws", 192)]:
+        regs = dict(consumer_regs=152) if block_m == 192 else {}
+        for block_n in (64, 128):
+            for stages in (1, 2, 3, 4):
+                for overlap in (False, True):
+                    for persistent in (0, 1, 2):
+                        config = GluonConfig(variant, block_m, block_n, stages, overlap, overlap, persistent, **regs)
+                        if not config.problems(head_dim):
+                            configs.append(config)
     return sorted(set(configs), key=lambda c: tuple(asdict(c).values()))
 
 

@@ -45,6 +45,18 @@ def test_the_study_loads_with_a_small_space_around_the_defaults():
             assert from_kernel(default_gluon_config(d, causal, "ws")) in configs, (d, causal)
 
 
+def test_the_d64_study_searches_both_tiles_and_holds_the_d64_defaults():
+    """192-row tiles spill at D=128, and a study's configs must run at each of its shapes: a D=64
+    study of their own."""
+    study = load("hopper_gluon_d64")
+    configs = study.configs()
+    assert {s.head_dim for s in study.shapes} == {64} and {c.block_m for c in configs} == {128, 192}
+    assert all(KERNEL.restriction(c, 64) is None for c in configs)
+    assert all(c.consumer_regs == (152 if c.block_m == 192 else 240) for c in configs)
+    for causal in (False, True):
+        assert from_kernel(default_gluon_config(64, causal, "ws")) in configs, causal
+
+
 def _no_compiles(monkeypatch) -> None:
     """Any compile fails the test (a cache hit would not reach a worker either: a fresh cache)."""
     from tuner import budget

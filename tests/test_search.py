@@ -29,6 +29,25 @@ def test_tpe_encoding_is_ordinal_and_decodes_to_configs():
     assert knobbed == Config(128, 128, 8, 3, tma=True, maxnreg=168, persistent=2)
 
 
+def test_an_ordinal_axis_steps_by_its_values_common_difference():
+    """TPE samples only the space's values: the Gluon forward's query tiles 128 and 192 (no 129), and
+    hopper_bwd's num_stages_q 1 and 3 (no 2); a trial stored with the old log2 encoding decodes."""
+    from tuner.kernels.gluon_fwd import GluonFwdConfig
+
+    tile = search.distributions(load("hopper_gluon_d64").space, "tpe")["block_m"]
+    assert (tile.low, tile.high, tile.step) == (128, 192, 64)
+    stages_q = search.distributions(load("hopper_bwd").space, "tpe")["stages_q"]
+    assert (stages_q.low, stages_q.high, stages_q.step) == (1, 3, 2)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=2))
+    dists = search.distributions(load("hopper_gluon_d64").space, "tpe")
+    for _ in range(12):
+        trial = study.ask(dists)
+        assert trial.params["block_m"] in (128, 192)
+        study.tell(trial, float(trial.params["block_m"]))
+    params = {"log2_block_m": 7, "log2_block_n": 7, "log2_num_warps": 2, "stages": 2}
+    assert search.config_of(params, GluonFwdConfig) == GluonFwdConfig(128, 128, 4, 2)
+
+
 def test_orphans_are_found_only_for_dead_processes(tmp_path):
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'o.db'}", direction="maximize")
     dists = search.distributions(load("article").space)

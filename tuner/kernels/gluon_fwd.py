@@ -36,7 +36,8 @@ __all__ = ["KERNEL", "GluonForward", "GluonFwdConfig", "to_kernel"]
 class GluonFwdConfig(KernelConfig):
     """One point of the Gluon forward's space (``flash_attn_fwd_gluon(variant="ws")``'s keywords).
 
-    ``block_m`` is the consumer count: 64 query rows per consumer warpgroup (64: one, 128: two).
+    ``block_m`` is the consumer count: 64 query rows per consumer warpgroup (64: one, 128: two,
+    192: three; TPE takes it as an ordered integer, stored before 192 existed as its log2).
     ``num_warps`` is a consumer warpgroup's warps, always 4 (the tuner's grid needs the axis; the
     launch's warps follow from the consumers). ``num_stages`` is the K/V ring's depth. Knobs:
     ``overlap`` (softmax of key tile j under the PV wgmma of tile j - 1), ``pingpong`` (two
@@ -47,7 +48,7 @@ class GluonFwdConfig(KernelConfig):
     KEY_FORMAT: ClassVar[str] = "{block_m}x{block_n}_w{num_warps}_s{num_stages}"
     KEY_HELP: ClassVar[str] = "BM,BN,WARPS,STAGES, e.g. 128,128,4,2 (or 128x128_w4_s2_ov_pp_p1)"
 
-    block_m: int = axis((64, 128), tpe=LOG2, param="log2_block_m")
+    block_m: int = axis((64, 128), (64, 128, 192), tpe=ORDINAL, param="block_m")
     block_n: int = axis((64, 128), tpe=LOG2, param="log2_block_n")
     num_warps: int = axis((WARPGROUP,), tpe=LOG2, param="log2_num_warps")
     num_stages: int = axis((1, 2, 3, 4), tpe=ORDINAL, param="stages")
