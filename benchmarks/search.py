@@ -213,6 +213,27 @@ def stability_report(verdict, every: dict | None = None) -> list[str]:
     also = "".join(f"; on {name} {100 * value:.2f}%" for name, value in largest.items())
     lines += ["", f"Largest spread on {verdict.figure} {100 * max(spreads):.2f}% (bar {100 * STABILITY_BAR:.1f}%)"
                   f"{also}; {verdict.sentence()}."]
+    return lines + [""] + rounds_table(verdict, every)
+
+
+def rounds_table(verdict, every: dict | None = None) -> list[str]:
+    """Each config's deciding figure round by round, with the SM clock the round ran at (where read)
+    and, where reported, the paired figure cycle by cycle: whether a config's rounds move with the
+    clock (a kernel bound by memory more than SDPA is, for one) or apart from it."""
+    from kernel.retime import PAIRED_CYCLES
+
+    cycles = (every or {}).get(PAIRED_CYCLES, {})
+    rounds = len(verdict.winner.times)
+    lines = [f"Round by round: {verdict.figure} @ MHz" + (f" ({PAIRED_CYCLES})" if cycles else ""), "",
+             "| config | " + " | ".join(f"round {r + 1}" for r in range(rounds)) + " |",
+             "|---|" + "---|" * rounds]
+    for timing in verdict.ranked:
+        cells = []
+        for r in range(rounds):
+            mhz = timing.clocks[r] if r < len(timing.clocks) else None
+            cell = f"{timing.decided_by[r]:.4f}" + (f" @ {mhz:.0f}" if mhz else "")
+            cells.append(cell + (f" ({cycles[timing.config][r]:.4f})" if timing.config in cycles else ""))
+        lines.append(f"| {timing.config} | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -34,6 +34,7 @@ from kernel.clock import cycles
 
 PAIRED, CYCLES, SDPA_RATIO, MS = "paired", "cycles", "sdpa_ratio", "ms"
 PREFERENCE = (PAIRED, CYCLES, SDPA_RATIO, MS)     # the first a re-timing has decides (figures)
+PAIRED_CYCLES = "paired_cycles"                   # the paired figure cycle by cycle (cycle_ratio): reported only
 QUIET = 0.005                 # every candidate's noise at or under 0.5%: more rounds would not tell more
 # (settle_ms once per shape, rep_ms per measurement, min_rounds, max_rounds)
 ADAPTIVE = (300.0, 50.0, 3, 10)
@@ -41,12 +42,26 @@ ADAPTIVE = (300.0, 50.0, 3, 10)
 
 @dataclass(frozen=True)
 class Sample:
-    """One measurement: GPU ms per call, the mean SM clock while it ran (None: not read), and the
-    ms per call of the reference its replays alternated with (None: measured alone)."""
+    """One measurement: GPU ms per call, the mean SM clock while it ran (None: not read), the ms
+    per call of the reference its replays alternated with (None: measured alone), and the median
+    over the window's cycles of its ms over the reference's in that cycle (:func:`cycle_ratio`;
+    None: not kept)."""
 
     ms: float
     mhz: float | None = None
     ref_ms: float | None = None
+    ratio: float | None = None
+
+
+def cycle_ratio(own: Sequence[float], theirs: Sequence[float]) -> float:
+    """The median over a paired window's cycles of the mean of a cycle's own replays over the
+    partner's replay that follows them (``own`` holds ``len(own) // len(theirs)`` per cycle). Each
+    ratio compares replays milliseconds apart, so a clock dip within the window moves both sides
+    of the few ratios it covers, and the median sets those aside; the paired figure that decides
+    (``median(own) / median(theirs)``) compares replays up to a window apart. Reported beside it
+    (:data:`PAIRED_CYCLES`) to measure which of the two spreads less over re-timings (issue 24)."""
+    share = len(own) // len(theirs)
+    return statistics.median(statistics.fmean(own[c * share:(c + 1) * share]) / theirs[c] for c in range(len(theirs)))
 
 
 def spread(values: Sequence[float]) -> float:
@@ -70,6 +85,9 @@ def all_figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str
     if base is not None and rounds:
         out[SDPA_RATIO] = {name: [s.ms / b.ms for s, b in zip(runs, base)] for name, runs in samples.items()}
     out[MS] = {name: [s.ms for s in runs] for name, runs in samples.items()}
+    if PAIRED in out and all(s.ratio is not None for runs in configs.values() for s in runs):
+        # reported, never deciding (not in PREFERENCE): the paired figure of neighbours in time
+        out[PAIRED_CYCLES] = {name: [s.ratio for s in runs] for name, runs in configs.items()}
     return out
 
 
@@ -201,7 +219,7 @@ class Candidate:
             return Sample(timing.ms, timing.mhz)
         if partner is not None and partner.pairs:
             own, theirs, mhz = self.graph.timed_pair(partner.graph, rep_ms, self.clock)
-            return Sample(statistics.median(own), mhz, statistics.median(theirs))
+            return Sample(statistics.median(own), mhz, statistics.median(theirs), cycle_ratio(own, theirs))
         per_call, mhz = self.graph.timed(rep_ms, self.clock)
         return Sample(statistics.median(per_call), mhz)
 

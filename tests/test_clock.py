@@ -250,9 +250,25 @@ def test_adaptive_rounds_on_the_gpu_capture_once_read_the_clock_and_decide():
     else:
         assert all(s.mhz is None for s in samples)
     # each config's windows alternated with SDPA's replays (captured too): the paired ratio decides
-    assert all(s.ref_ms and s.ref_ms > 0 for key in calls for s in rounds.samples[key])
+    assert all(s.ref_ms and s.ref_ms > 0 and s.ratio and s.ratio > 0 for key in calls for s in rounds.samples[key])
     assert all(s.ref_ms is None for s in rounds.samples[SDPA_KEYS["flash"]]) and verdict.figure == PAIRED
     assert verdict.flash_ms and verdict.winner.config in calls
+
+
+def test_each_cycle_s_ratio_to_the_partner_s_next_replay_is_reported_beside_the_paired_figure():
+    """A clock dip the partner's replay missed moves one cycle's ratio, which the median sets aside;
+    the windows' medians (1.2 against 0.5, the paired figure that decides) put the config 20% slower."""
+    from kernel.retime import PAIRED_CYCLES, all_figures, cycle_ratio
+
+    own, theirs = [1.0] * 4 + [1.2] * 8, [0.5, 0.5, 0.6]
+    assert cycle_ratio(own, theirs) == pytest.approx(2.0)
+    samples = {"a": [Sample(1.2, None, 0.5, cycle_ratio(own, theirs)), Sample(1.0, None, 0.5, 2.0)],
+               SDPA_KEYS["flash"]: [Sample(0.5), Sample(0.5)]}
+    every = all_figures(samples, [SDPA_KEYS["flash"]])
+    assert every[PAIRED]["a"] == pytest.approx([2.4, 2.0]) and every[PAIRED_CYCLES]["a"] == pytest.approx([2.0, 2.0])
+    assert figures(samples, [SDPA_KEYS["flash"]])[0] == PAIRED       # reported, not deciding
+    samples["a"][1] = Sample(1.0, None, 0.5)                          # one window without it: not reported
+    assert PAIRED_CYCLES not in all_figures(samples, [SDPA_KEYS["flash"]])
 
 
 def test_the_stability_report_gives_the_spread_on_every_figure_the_rounds_allow():
@@ -269,4 +285,9 @@ def test_the_stability_report_gives_the_spread_on_every_figure_the_rounds_allow(
     assert "spread on paired (decides)" in lines[0] and "spread on ms" in lines[0]
     row_a = next(line for line in lines if "| a |" in line).split("|")
     assert row_a[6].strip() == "0.00%" and row_a[9].strip() == "5.00%"     # paired: a flat 1/0.9; ms: 5% apart
-    assert lines[-1].startswith("Largest spread on paired 1.82%") and "on ms 5.00%" in lines[-1]
+    largest = next(line for line in lines if line.startswith("Largest spread"))
+    assert largest.startswith("Largest spread on paired 1.82%") and "on ms 5.00%" in largest
+    # round by round, with each round's clock: b's paired figure moves (1.2222 -> 1.2444), a's does not
+    rounds = lines[lines.index("Round by round: paired @ MHz") + 2:]
+    assert rounds[2] == "| a | 1.1111 @ 1900 | 1.1111 @ 1800 | 1.1111 @ 1850 |"
+    assert rounds[3] == "| b | 1.2222 @ 1900 | 1.2222 @ 1800 | 1.2444 @ 1850 |"
