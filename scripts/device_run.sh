@@ -318,6 +318,22 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
          timeout ${ROUTE_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_bwd_route.py \
            tests/test_gluon_bwd_plan.py tests/test_autograd_gluon.py > "$R/tests.log" 2>&1
          echo "bwd route tests rc=$?"; grep -E "passed|failed|FAILED|ERROR" "$R/tests.log" | tail -8;;
+    fwd33) R=$W/fwd33; mkdir -p "$R"   # issue 25: the Gluon forward's GPU tests at D=64's new default (192 rows), then the table
+         timeout ${TESTS_S:-330} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon.py tests/test_gluon_route.py \
+           tests/test_gluon_plan.py tests/test_gluon_plan_paths.py tests/test_gluon_schedule.py tests/test_gluon_tuner.py \
+           > "$R/tests.log" 2>&1; echo "gluon fwd tests rc=$?"; grep -E "FAILED|passed|failed" "$R/tests.log" | tail -8
+         grep -E "^E " "$R/tests.log" | head -6
+         timeout ${BENCH_S:-200} python3 -m benchmarks.gluon --variant ws --variant ws-192-in-order ${FWD_MORE:-} --wide \
+           --markdown "$R/table.md" > "$R/table.log" 2>&1; echo "gluon table rc=$?"; tail -16 "$R/table.log";;
+    gsweep33) R=$W/gsweep33; mkdir -p "$R"   # issue 25: the tuner sweeps the D=64 study's 128- and 192-row tiles
+         /usr/bin/time -f "hopper_gluon_d64 grid wall %e s" timeout ${GS_S:-200} python3 -m tuner.sweep --study hopper_gluon_d64 \
+           --gpu sm_90 --sampler grid --finalists 4 --rounds 4 --no-outputs --storage "sqlite:///$R/d64.db" > "$R/sweep.log" 2>&1
+         echo "d64 sweep rc=$?"; grep -vE "^\[|^compiling" "$R/sweep.log" | tail -22;;
+    stab33) R=$W/stab33; mkdir -p "$R"   # issue 24: the top-5 spread, N times on main32's store (per-cycle paired figure)
+         for i in $(seq 1 ${STAB_N:-3}); do TRITON_CACHE_DIR=$W/main32/triton timeout 150 python3 -m benchmarks.search stability \
+           --storage "sqlite:///$W/main32/main.db" --study article --gpu sm_89 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" \
+           --top 5 --repeats 5 --markdown "$R/stability$i.md" > "$R/stability$i.log" 2>&1; echo "stability $i rc=$?"
+           tail -9 "$R/stability$i.log"; done;;
     *) echo "unknown stage $1";;
   esac
 }
