@@ -334,6 +334,14 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
            --storage "sqlite:///$W/main32/main.db" --study article --gpu sm_89 --shape "B4 H8 Nq4096 Nk4096 D64 bf16" \
            --top 5 --repeats 5 --markdown "$R/stability$i.md" > "$R/stability$i.log" 2>&1; echo "stability $i rc=$?"
            tail -9 "$R/stability$i.log"; done;;
+    early33) S=$W/early33; rm -rf "$S"; mkdir -p "$S"   # issue 24: the main job cold, the worker begun early or not (A B A B)
+         for run in on1 off1 on2 off2; do
+           case $run in on*) E=1;; *) E=0;; esac
+           FA2_TUNER_EARLY_WORKER=$E TRITON_CACHE_DIR=$S/$run/triton FA2_TUNER_CACHE=$S/$run/fa2 \
+             /usr/bin/time -f "main job ($run) wall %e s" timeout 200 python3 -m tuner.sweep --gpu sm_89 \
+             --storage "sqlite:///$S/$run.db" --no-outputs --trace "$S/$run.trace.json" > "$S/$run.log" 2>&1
+           echo "main job $run rc=$?"; grep -E "wall|timed" "$S/$run.log" | tail -3
+         done;;
     *) echo "unknown stage $1";;
   esac
 }

@@ -17,7 +17,7 @@ PACKAGES = ("kernel", "tuner", "benchmarks")
 FLOORS = {
     0: ["kernel"],
     1: ["tuner.problem", "tuner.status", "tuner.gpus", "tuner.space", "tuner.formatting", "tuner.outcome",
-        "tuner.store", "tuner.studies", "tuner.gate", "tuner.counters", "tuner.trace"],
+        "tuner.store", "tuner.studies", "tuner.gate", "tuner.counters", "tuner.trace", "tuner.spawn"],
     2: ["tuner.kernels", "tuner.worker_rounds", "tuner.samplers", "tuner.pipeline"],
     3: ["tuner.study", "tuner.budget", "tuner.search", "tuner.pre_gpu_stages", "tuner.runner"],
     4: ["tuner.records", "tuner.finalists", "tuner.winners", "tuner.report", "tuner.contenders"],

@@ -70,6 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if command == "kernels":
         return list_kernels(rest)
+    if command == "sweep":          # the GPU worker's imports begin beside the sweep's (tuner.spawn)
+        from tuner.spawn import start_early_for_sweep
+
+        start_early_for_sweep(rest)
     return int(importlib.import_module(COMMANDS[command][0]).main(rest) or 0)
 
 

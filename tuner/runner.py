@@ -24,11 +24,9 @@ a wall clock, so the sweep can be tested without a GPU; its times mean nothing.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import signal
 import socket
-import threading
 import time
 import traceback
 from dataclasses import replace
@@ -42,6 +40,7 @@ from tuner.gate import GateShape, finite
 from tuner.kernels import Case, GateResult
 from tuner.outcome import NamedError, ShapeOutcome, TrialOutcome, WorkerFailed
 from tuner.problem import Problem
+from tuner.spawn import spawn_worker, visible_device
 from tuner.status import Status
 
 # Test hook: "KEY:FAULT,..." makes the worker misbehave on those configs (FAULT one of crash,
@@ -226,15 +225,6 @@ def _is_fatal(exc: BaseException) -> bool:
     return "CUDA" in text or "AcceleratorError" in text or "cuda" in type(exc).__module__
 
 
-def visible_device(index: int) -> str:
-    """What ``CUDA_VISIBLE_DEVICES`` pins a worker to the parent's ``index``-th GPU."""
-    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return visible[index] if index < len(visible) else str(index)
-
-
-_SPAWN_LOCK = threading.Lock()     # the environment a worker inherits is set around its start
-
-
 def _serve(conn, kernel_name: tuple[str, str], shapes, timing, device) -> None:
     """The worker's loop: one request in, one reply out, until told to stop."""
     # Ctrl-C reaches the whole process group: the sweep decides (the trial in flight finishes), the worker
@@ -309,23 +299,10 @@ class GpuWorker:
 
     def _start(self) -> None:
         self.starts += 1
-        context = multiprocessing.get_context("spawn")   # never fork a process that may hold CUDA
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, self.kernel, self.shapes, self.timing, self.device),
-                                       daemon=True, name="fa2-tuner-worker")
-        with _SPAWN_LOCK:
-            # The worker sees one GPU, as its device 0, from its first instruction on.
-            saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-            if self.device_index is not None and self.device != "cpu":
-                os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(self.device_index)
-            try:
-                self.process.start()
-            finally:
-                if saved is None:
-                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-                else:
-                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
-        child.close()
+        # The worker sees one GPU, as its device 0, from its first instruction on (tuner.spawn: the
+        # process the sweep began early for that GPU, where there is one).
+        pin = visible_device(self.device_index) if self.device_index is not None and self.device != "cpu" else None
+        self.process, self.conn = spawn_worker(_serve, (self.kernel, self.shapes, self.timing, self.device), pin)
         kind, payload = self._receive(START_TIMEOUT_S, "start")
         if kind != "ready":
             self.close()

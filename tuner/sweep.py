@@ -11,11 +11,17 @@ written, opens the run, and writes the outputs.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":      # first: the GPU worker's imports begin beside this module's (tuner.spawn)
+    from tuner.spawn import start_early_for_sweep
+
+    start_early_for_sweep(sys.argv[1:])
+
 import argparse
 import os
 import signal
 import socket
-import sys
 import threading
 from pathlib import Path
 

@@ -1,0 +1,117 @@
+"""A GPU worker's process: spawned pinned to one GPU, or begun early and handed its work later.
+
+A worker (:class:`tuner.runner.GpuWorker`) is a spawned process that sees one GPU, as its device
+0, from its first instruction on (``CUDA_VISIBLE_DEVICES``, set around its start). Its first
+seconds go to imports (a spawned process imports the main module again: the sweep's torch,
+Triton, Optuna) and to CUDA's start, as the sweep's own first seconds go to the same imports.
+On the H200 the main job's worker was ready 19.5 s after the process began: 6.7 s of the
+parent's imports, then 11.9 s of the worker's start and SDPA baselines, while the first
+trials' compiles were done at 15.6 s (docs/results/2026-12-01-h200-tuner-speed.md).
+
+:func:`start_early` begins a worker process at once, pinned to a GPU, which imports and starts
+CUDA while the parent goes on; :func:`spawn_worker` hands it its work (the function it serves
+and that function's arguments) when a worker for that GPU is asked for, else spawns one.
+:func:`start_early_for_sweep` is the sweep's first statement. Plain Python, no project imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import threading
+
+__all__ = ["EARLY_ENV", "spawn_worker", "start_early", "start_early_for_sweep", "visible_device"]
+
+_LOCK = threading.Lock()            # the environment a worker inherits is set around its start
+_EARLY: dict = {}                   # pin -> (process, conn): begun early, not yet handed its work
+NVIDIA_DRIVER = "/dev/nvidiactl"    # present where an NVIDIA driver is loaded: a GPU is likely
+# "1": the sweep begins its first worker early. Off by default until the H200 has timed the main job
+# both ways (stage early33 of scripts/device_run.sh); on a CPU machine nothing is begun either way.
+EARLY_ENV = "FA2_TUNER_EARLY_WORKER"
+
+
+def visible_device(index: int) -> str:
+    """What ``CUDA_VISIBLE_DEVICES`` pins a worker to the parent's ``index``-th GPU."""
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return visible[index] if index < len(visible) else str(index)
+
+
+@contextlib.contextmanager
+def _pinned(pin: str | None):
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if pin is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = pin
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+
+def _start(target, args: tuple, pin: str | None):
+    context = multiprocessing.get_context("spawn")       # never fork a process that may hold CUDA
+    conn, child = context.Pipe()
+    process = context.Process(target=target, args=(child, *args), daemon=True, name="fa2-tuner-worker")
+    with _LOCK, _pinned(pin):
+        process.start()
+    child.close()
+    return process, conn
+
+
+def spawn_worker(target, args: tuple, pin: str | None):
+    """``(process, conn)`` of a worker running ``target(conn, *args)`` on the GPU ``pin`` names (None:
+    the GPUs this process sees): the one :func:`start_early` began for ``pin`` where it is alive,
+    else a new one. ``target`` must be a module-level function (it is sent by reference)."""
+    with _LOCK:
+        early = _EARLY.pop(pin, None)
+    if early is not None:
+        process, conn = early
+        with contextlib.suppress(OSError, EOFError):
+            if process.is_alive():
+                conn.send((target, args))
+                return process, conn
+        process.kill()
+        conn.close()
+    return _start(target, args, pin)
+
+
+def start_early(pin: str | None, warm_cuda: bool = True) -> None:
+    """Begin a worker process for ``pin`` now (at most one per pin): its imports and, with
+    ``warm_cuda``, CUDA's context run while this process goes on; it waits for its work."""
+    with _LOCK:
+        if pin in _EARLY:
+            return
+    started = _start(_serve_when_told, (warm_cuda,), pin)
+    with _LOCK:
+        _EARLY[pin] = started
+
+
+def _serve_when_told(conn, warm_cuda: bool) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # as the worker's own loop: the sweep decides on Ctrl-C
+    if warm_cuda:
+        with contextlib.suppress(Exception):          # a failure shows again, and is reported, at the worker's start
+            import torch
+
+            torch.zeros(1, device="cuda")
+    try:
+        message = conn.recv()
+    except EOFError:
+        return
+    if message is not None:
+        target, args = message
+        target(conn, *args)
+
+
+def start_early_for_sweep(argv: list[str]) -> None:
+    """The sweep's first statement: begin the first GPU's worker (``visible_device(0)``, the first
+    :class:`tuner.runner.GpuWorker`'s) where an NVIDIA driver is loaded and the command is a run,
+    not ``--help``. Where it is never asked for (the inputs refused, no CUDA after all) it waits,
+    idle, and ends with the sweep (a daemon process). Only with :data:`EARLY_ENV` set to 1."""
+    if os.environ.get(EARLY_ENV, "0") != "1" or not os.path.exists(NVIDIA_DRIVER):
+        return
+    if not {"-h", "--help"} & set(argv) and "--device" not in argv:
+        start_early(visible_device(0))
