@@ -147,20 +147,31 @@ def test_model_matches_compiler_whole_space(target, head_dim):
     _assert_model_matches(GpuSpec.from_name(target), KERNEL.space().configs(head_dim), head_dim)
 
 
+# What ptxas says where a config's instructions need more registers than a thread may have (Triton
+# 3.9 on sm_90: e.g. 256x256_w16_s3): the compiler's refusal, a recorded compile error, not the model's.
+PTXAS_REGISTERS = "Insufficient registers"
+
+
 def _assert_model_matches(gpu, configs, head_dim):
     """Exact agreement, byte for byte, between the model and the compiler; with TMA on
-    Hopper, the model over the compiler by the barriers' placement only (at most 1 KB)."""
+    Hopper, the model over the compiler by the barriers' placement only (at most 1 KB). Every
+    config the rules let through compiles, or ptxas refuses it for registers (nothing else)."""
     results = budget.check_many(configs, Problem(head_dim=head_dim), gpu)
 
     def off(r):
         if r.config.tma and gpu.capability >= 90:
-            return not 0 <= r.model_bytes - r.compiled_bytes <= TMA_BARRIERS - 8
+            # Triton 3.9 places no barrier block at all for some one-stage TMA configs: the whole 1 KB
+            return not 0 <= r.model_bytes - r.compiled_bytes <= TMA_BARRIERS
         return r.model_bytes != r.compiled_bytes
     wrong = [(r.config.key, r.model_bytes, r.compiled_bytes) for r in results
              if r.compiled_bytes is not None and off(r)]
     compiled = sum(r.compiled_bytes is not None for r in results)
-    assert compiled == sum(restriction(c, head_dim) is None and knob_restriction(c, gpu) is None
-                           for c in configs)
+    judged = [r for r in results if restriction(r.config, head_dim) is None and knob_restriction(r.config, gpu) is None]
+    refused = [r for r in judged if r.compiled_bytes is None]
+    assert all(r.verdict == Status.COMPILE_ERROR and PTXAS_REGISTERS in r.reason for r in refused), [
+        (r.config.key, r.verdict, r.reason[:200]) for r in refused if PTXAS_REGISTERS not in r.reason][:5]
+    assert compiled + len(refused) == len(judged)
+    assert len(refused) <= len(judged) // 20, f"ptxas refused {len(refused)} of {len(judged)} configs"
     assert not wrong, f"{len(wrong)} of {compiled} disagree on {gpu.name} D={head_dim}: {wrong[:10]}"
 
 
