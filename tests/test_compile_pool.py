@@ -87,3 +87,32 @@ def test_a_compile_worker_runs_at_a_lower_priority_than_the_sweep(tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, env={**os.environ})
     before, after = map(int, out.read_text().split())
     assert after == min(19, before + 10)
+
+
+def test_a_compiler_killed_by_a_signal_is_no_verdict_compiled_again_and_never_cached(tmp_path, monkeypatch):
+    """Ctrl-C reaches ptxas (which handles it) though the compile workers ignore it: its "error code -2"
+    must not become the config's compile_error, in the store or in the cache."""
+    from tuner.budget import CompileTask, _compile, compile_config
+    from tuner.kernels.triton_fwd import FwdConfig
+    from tuner.problem import Problem
+
+    monkeypatch.setenv("FA2_TUNER_CACHE", str(tmp_path))
+    calls, kills = [], [_compile.COMPILE_ATTEMPTS]
+    killed_info = _compile.CompileInfo(error="PTXASError: PTXAS error: `ptxas` failed with error code -2")
+    compiled = _compile.CompileInfo(shared_bytes=4096, registers=64, binary="b")
+
+    def once(unit, capability, via_jit):
+        calls.append(capability)
+        return killed_info if len(calls) <= kills[0] else compiled
+
+    monkeypatch.setattr(_compile, "_compile_unit_once", once)
+    task = CompileTask(FwdConfig(32, 16, 1, 1), Problem(batch=1, heads=1, n_q=64, n_k=64, head_dim=16), 89)
+    info = compile_config(task)                         # killed every time: an error, not cached
+    assert _compile.killed(info) and len(calls) == _compile.COMPILE_ATTEMPTS
+    assert _compile.cached_info(task) is None and not list((tmp_path / "budget").glob("*.json"))
+    calls.clear()
+    kills[0] = 1                                        # killed once: compiled on the next attempt, cached
+    assert compile_config(task).error is None and len(calls) == 2
+    assert _compile.cached_info(task).shared_bytes == 4096
+    crashed = _compile.CompileInfo(error="PTXASError: ptxas failed with error code 255")
+    assert not _compile.killed(crashed)                # the compiler's own refusal is a verdict

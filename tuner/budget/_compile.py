@@ -177,7 +177,29 @@ def _source_type(fn):
     return ASTSource
 
 
+# A compiler killed by a signal: Triton reports ptxas's return code, negative (-2: SIGINT). A terminal's
+# Ctrl-C reaches ptxas, which handles it, though the compile workers ignore it (CI saw a sweep's
+# Ctrl-C store 32x16_w1_s2 as a compile_error, and later sweeps read it from the cache). It is no
+# verdict on the config: the compile is tried again, and never cached.
+KILLED_COMPILER = re.compile(r"failed with error code -\d+")
+COMPILE_ATTEMPTS = 3
+
+
+def killed(info: CompileInfo) -> bool:
+    """Whether the compile failed because its compiler was killed by a signal (not for the config)."""
+    return bool(info.error and KILLED_COMPILER.search(info.error))
+
+
 def _compile_unit(unit, capability: int, via_jit: bool) -> CompileInfo:
+    """The unit's figures, compiled again where its compiler was killed (:data:`KILLED_COMPILER`)."""
+    for _ in range(COMPILE_ATTEMPTS):
+        info = _compile_unit_once(unit, capability, via_jit)
+        if not killed(info):
+            break
+    return info
+
+
+def _compile_unit_once(unit, capability: int, via_jit: bool) -> CompileInfo:
     import triton
     from triton.backends.compiler import GPUTarget
 
@@ -209,6 +231,9 @@ def compile_config(task: CompileTask) -> CompileInfo:
         info = _read_cache(path)
         if info is None:
             info = _compile_unit(unit, task.capability, task.via_jit)
+            if killed(info):                   # no verdict: the next run compiles it again
+                infos.append(info)
+                continue
             path.parent.mkdir(parents=True, exist_ok=True)
             temporary = path.with_suffix(f".{os.getpid()}.tmp")
             temporary.write_text(json.dumps(asdict(info)))
