@@ -146,7 +146,7 @@ def gluon_configs(head_dim: int) -> list[GluonConfig]:
     consumers at the 152 each that fit the register file)."""
     configs = []
     for variant, block_m in [(v, m) for v in VARIANTS for m in (64, 128)] + [("ws", 192)]:
-        regs = dict(consumer_regs=152) if block_m == 192 else {}
+        regs = dict(consumer_regs=tile_defaults(block_m)["consumer_regs"])
         for block_n in (64, 128):
             for stages in (1, 2, 3, 4):
                 for overlap in (False, True):

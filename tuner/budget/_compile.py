@@ -231,13 +231,11 @@ def compile_config(task: CompileTask) -> CompileInfo:
         info = _read_cache(path)
         if info is None:
             info = _compile_unit(unit, task.capability, task.via_jit)
-            if killed(info):                   # no verdict: the next run compiles it again
-                infos.append(info)
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps(asdict(info)))
-            temporary.replace(path)            # atomic: a killed run never leaves half a file
+            if not killed(info):               # a killed compiler is no verdict: the next run compiles it again
+                path.parent.mkdir(parents=True, exist_ok=True)
+                temporary = path.with_suffix(f".{os.getpid()}.tmp")
+                temporary.write_text(json.dumps(asdict(info)))
+                temporary.replace(path)        # atomic: a killed run never leaves half a file
         infos.append(info)
     return CompileInfo.worst(infos)
 
