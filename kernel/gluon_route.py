@@ -26,10 +26,12 @@ __all__ = ["GLUON_ROUTES", "ROUTE_MIN_FLOPS", "GluonPlan", "attention_work",
 
 # (head dim, causal) -> the Gluon variant a default call runs on sm_90 with Triton 3.6; a pair not
 # here runs the Triton kernel. On the H200 (bf16, B4 H8 N4096, docs/results/2026-12-01-h200-gluon.md)
-# "ws" ran at 1.19x / 1.12x the Triton kernel's default at D=128 (non-causal / causal). At D=64 it
-# ties non-causal (0.99x, and 0.97x at B1 H8 N16384: it stays on Triton) and wins causal by 3%, in
-# each of three runs (1.03x; paired with cuDNN in the same windows: 0.95x against Triton's 0.92x).
-GLUON_ROUTES: dict[tuple[int, bool], str] = {(128, False): "ws", (128, True): "ws", (64, True): "ws"}
+# "ws" ran at 1.19x / 1.12x the Triton kernel's default at D=128 (non-causal / causal). At D=64 its
+# 128-row tile tied Triton's non-causal (0.99x, and 0.97x at B1 H8 N16384) and won causal by 3%; its
+# 192-row tile (three consumers, the D=64 default since) reached 0.97x / 1.00x cuDNN's speed against
+# the 128-row tile's 0.93x / 0.95x, so both D=64 masks take the route.
+GLUON_ROUTES: dict[tuple[int, bool], str] = {(128, False): "ws", (128, True): "ws", (64, False): "ws",
+                                             (64, True): "ws"}
 
 # The least work (4·B·H·N_q·N_k·D FLOPs, halved when causal) a default call needs to take the route.
 # Through the Gluon JIT a routed call cost 164-252 µs of host time, so small calls stayed on Triton

@@ -329,6 +329,7 @@ def test_refusals_name_the_fix():
 
 CONSAN_SCRIPT = textwrap.dedent("""
     import json
+    import sys
     import torch
     import triton
     from kernel.flash_fwd_gluon import flash_attn_fwd_gluon
@@ -337,11 +338,13 @@ CONSAN_SCRIPT = textwrap.dedent("""
     assert triton.knobs.compilation.instrumentation_mode == "consan", triton.knobs.compilation.instrumentation_mode
     # ConSan keeps its state in global scratch memory, which the launch asks an allocator for.
     triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-    # 70 heads of 2 query tiles of 128 (the last one ragged: 200 rows), 150 keys (a ragged last key
-    # tile, causal, non-square): 140 tiles for the 132 programs of a persistent grid, so some
-    # programs reuse their Q, output and key buffers for a second tile.
-    q = torch.randn(1, 70, 200, 64, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(1, 70, 150, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    # 70 heads of 2 query tiles (the last one ragged: 200 rows; D=64's tile is 192 rows over three
+    # consumers, D=128's 128 over two in turns), 150 keys (a ragged last key tile, causal,
+    # non-square): 140 tiles for the 132 programs of a persistent grid, so some programs reuse
+    # their Q, output and key buffers for a second tile.
+    d = int(sys.argv[1])
+    q = torch.randn(1, 70, 200, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 70, 150, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     out = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:-1], float("nan"), device="cuda")
     flash_attn_fwd_gluon(q, k, v, True, variant="ws", persistent=1, out=out, lse=lse)
@@ -357,13 +360,15 @@ CONSAN_RACE = ("outstanding writes", "outstanding reads", "device-side assert", 
 
 @pytest.mark.gpu
 @needs_hopper
-def test_the_ws_kernel_has_no_races_under_consan(smoke):
-    """The ws kernel once under Triton's concurrency sanitizer, in a subprocess (the variable must
-    be set before Triton loads): no race reported, the output right, the binary instrumented."""
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_ws_kernel_has_no_races_under_consan(smoke, head_dim):
+    """The ws kernel at each head dim's default tile under Triton's concurrency sanitizer, in a
+    subprocess (the variable must be set before Triton loads): no race reported, the output
+    right, the binary instrumented."""
     _healthy(smoke, "ws")
     env = dict(os.environ, TRITON_INSTRUMENTATION_MODE="consan")
-    result = subprocess.run([sys.executable, "-c", CONSAN_SCRIPT], env=env, capture_output=True, text=True,
-                            timeout=180, cwd=ROOT)
+    result = subprocess.run([sys.executable, "-c", CONSAN_SCRIPT, str(head_dim)], env=env, capture_output=True,
+                            text=True, timeout=180, cwd=ROOT)
     races = [line for line in (result.stdout + result.stderr).splitlines() if any(m in line for m in CONSAN_RACE)]
     assert not races, f"ConSan reports: {races[:5]}"
     assert result.returncode == 0, result.stderr[-4000:]

@@ -40,9 +40,8 @@ def test_the_study_loads_with_a_small_space_around_the_defaults():
     configs = study.configs()
     assert 30 <= len(configs) <= 60
     assert all(KERNEL.restriction(c, 128) is None for c in configs), "the study lists configs no Gluon call takes"
-    for d in (64, 128):
-        for causal in (False, True):
-            assert from_kernel(default_gluon_config(d, causal, "ws")) in configs, (d, causal)
+    for causal in (False, True):       # D=64's defaults, 192-row tiles, are hopper_gluon_d64's
+        assert from_kernel(default_gluon_config(128, causal, "ws")) in configs, causal
 
 
 def test_the_d64_study_searches_both_tiles_and_holds_the_d64_defaults():
