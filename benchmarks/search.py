@@ -218,13 +218,15 @@ def stability_report(verdict, every: dict | None = None) -> list[str]:
 
 def rounds_table(verdict, every: dict | None = None) -> list[str]:
     """Each config's deciding figure round by round, with the SM clock the round ran at (where read)
-    and, where reported, the paired figure cycle by cycle: whether a config's rounds move with the
-    clock (a kernel bound by memory more than SDPA is, for one) or apart from it."""
-    from kernel.retime import PAIRED_CYCLES
+    and the other paired figure in brackets where both were kept (window by window beside cycle by
+    cycle): whether a config's rounds move with the clock (a kernel bound by memory more than SDPA
+    is, for one) or apart from it."""
+    from kernel.retime import PAIRED, PAIRED_CYCLES
 
-    cycles = (every or {}).get(PAIRED_CYCLES, {})
+    beside = PAIRED if verdict.figure == PAIRED_CYCLES else PAIRED_CYCLES
+    other = (every or {}).get(beside, {})
     rounds = len(verdict.winner.times)
-    lines = [f"Round by round: {verdict.figure} @ MHz" + (f" ({PAIRED_CYCLES})" if cycles else ""), "",
+    lines = [f"Round by round: {verdict.figure} @ MHz" + (f" ({beside})" if other else ""), "",
              "| config | " + " | ".join(f"round {r + 1}" for r in range(rounds)) + " |",
              "|---|" + "---|" * rounds]
     for timing in verdict.ranked:
@@ -232,7 +234,7 @@ def rounds_table(verdict, every: dict | None = None) -> list[str]:
         for r in range(rounds):
             mhz = timing.clocks[r] if r < len(timing.clocks) else None
             cell = f"{timing.decided_by[r]:.4f}" + (f" @ {mhz:.0f}" if mhz else "")
-            cells.append(cell + (f" ({cycles[timing.config][r]:.4f})" if timing.config in cycles else ""))
+            cells.append(cell + (f" ({other[timing.config][r]:.4f})" if timing.config in other else ""))
         lines.append(f"| {timing.config} | " + " | ".join(cells) + " |")
     return lines
 

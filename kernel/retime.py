@@ -17,10 +17,13 @@ measurements, for 5 rounds whatever the timings say: 8 shapes x 6 configs x 5 ro
   noise), or at ``max_rounds``.
 
 What a round's figure is (:func:`figures`, in the order of :data:`PREFERENCE`): the ratio to SDPA
-replayed alternately in the same window (``paired``) where every config's measurement has it;
-else cycles (ms x MHz) where every measurement has a clock; else the ratio to SDPA timed in the
-same round; else ms. Why the paired ratio comes first, measured on the H200 (power-capped, its
-clock wandering 1740-1935 MHz): docs/results/2026-12-01-h200-tuner-speed.md.
+replayed alternately in the same window, cycle by cycle (``paired_cycles``: the median over the
+window's cycles of each cycle's ratio, :func:`cycle_ratio`) where every config's measurement has
+it; else the same ratio window by window (``paired``: the window's median ms over SDPA's); else
+cycles (ms x MHz) where every measurement has a clock; else the ratio to SDPA timed in the same
+round; else ms. Why the paired ratios come first, measured on the H200 (power-capped, its clock
+wandering 1740-1935 MHz), and why cycle by cycle before window by window (over three re-timings
+of the top 5, 0.28% against 2.95%): docs/results/2026-12-01-h200-tuner-speed.md.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from dataclasses import dataclass, field
 from kernel.clock import cycles
 
 PAIRED, CYCLES, SDPA_RATIO, MS = "paired", "cycles", "sdpa_ratio", "ms"
-PREFERENCE = (PAIRED, CYCLES, SDPA_RATIO, MS)     # the first a re-timing has decides (figures)
-PAIRED_CYCLES = "paired_cycles"                   # the paired figure cycle by cycle (cycle_ratio): reported only
+PAIRED_CYCLES = "paired_cycles"                   # the paired figure cycle by cycle (cycle_ratio)
+PREFERENCE = (PAIRED_CYCLES, PAIRED, CYCLES, SDPA_RATIO, MS)   # the first a re-timing has decides (figures)
 QUIET = 0.005                 # every candidate's noise at or under 0.5%: more rounds would not tell more
 # (settle_ms once per shape, rep_ms per measurement, min_rounds, max_rounds)
 ADAPTIVE = (300.0, 50.0, 3, 10)
@@ -57,9 +60,9 @@ def cycle_ratio(own: Sequence[float], theirs: Sequence[float]) -> float:
     """The median over a paired window's cycles of the mean of a cycle's own replays over the
     partner's replay that follows them (``own`` holds ``len(own) // len(theirs)`` per cycle). Each
     ratio compares replays milliseconds apart, so a clock dip within the window moves both sides
-    of the few ratios it covers, and the median sets those aside; the paired figure that decides
-    (``median(own) / median(theirs)``) compares replays up to a window apart. Reported beside it
-    (:data:`PAIRED_CYCLES`) to measure which of the two spreads less over re-timings (issue 24)."""
+    of the few ratios it covers, and the median sets those aside; the window's paired figure
+    (``median(own) / median(theirs)``) compares replays up to a window apart. Over three re-timings
+    of the top 5 on the H200 this one spread 0.28% at most, that one 2.95% (issue 24): this decides."""
     share = len(own) // len(theirs)
     return statistics.median(statistics.fmean(own[c * share:(c + 1) * share]) / theirs[c] for c in range(len(theirs)))
 
@@ -71,11 +74,14 @@ def spread(values: Sequence[float]) -> float:
 
 def all_figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str] = ()) -> dict[str, dict[str, list]]:
     """Every figure these samples allow, in the order of :data:`PREFERENCE`: figure -> name -> its
-    figure per round. ``paired`` (over the names not in ``reference``) where each of their
-    measurements alternated with SDPA's; ``cycles`` where every measurement read the clock;
+    figure per round. ``paired_cycles`` and ``paired`` (over the names not in ``reference``) where
+    each of their measurements alternated with SDPA's (the first where each kept its cycles'
+    ratio, :attr:`Sample.ratio`); ``cycles`` where every measurement read the clock;
     ``sdpa_ratio``: each round's ms over the first of ``reference`` that has every round; ``ms``."""
     out: dict[str, dict[str, list]] = {}
     configs = {name: runs for name, runs in samples.items() if name not in reference}
+    if configs and all(s.ref_ms and s.ratio is not None for runs in configs.values() for s in runs):
+        out[PAIRED_CYCLES] = {name: [s.ratio for s in runs] for name, runs in configs.items()}
     if configs and all(s.ref_ms for runs in configs.values() for s in runs):
         out[PAIRED] = {name: [s.ms / s.ref_ms for s in runs] for name, runs in configs.items()}
     if samples and all(s.mhz for runs in samples.values() for s in runs):
@@ -85,15 +91,12 @@ def all_figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str
     if base is not None and rounds:
         out[SDPA_RATIO] = {name: [s.ms / b.ms for s, b in zip(runs, base)] for name, runs in samples.items()}
     out[MS] = {name: [s.ms for s in runs] for name, runs in samples.items()}
-    if PAIRED in out and all(s.ratio is not None for runs in configs.values() for s in runs):
-        # reported, never deciding (not in PREFERENCE): the paired figure of neighbours in time
-        out[PAIRED_CYCLES] = {name: [s.ratio for s in runs] for name, runs in configs.items()}
     return out
 
 
 def figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str] = ()) -> tuple[str, dict[str, list]]:
     """(which figure, name -> its figure per round) that the candidates are compared on: the first
-    of :func:`all_figures`. The paired ratio: a config's replays and SDPA's alternate within one
+    of :func:`all_figures`. The paired ratios: a config's replays and SDPA's alternate within one
     window, so a clock, a temperature or a power draw that moves over seconds moves both. Cycles:
     a config faster in ms only because the clock was higher during its rounds is not faster. The
     ratio to SDPA of the same round: a clock that moves between rounds moves both. Else ms."""
@@ -262,7 +265,8 @@ def paired_together(calls: Mapping[str, Sequence[Callable[[], object]]], pins: M
                     reference: str | None = "cudnn", rounds: int = TOGETHER_ROUNDS) -> tuple[dict, dict]:
     """The rounds of :func:`time_together`, each candidate's replays alternating with ``reference``'s
     (an SDPA backend among ``calls``; None or absent: no pairing) in every window: (name -> median
-    ms, name -> median of its windows' reference ms / own ms, above 1 faster than the reference).
+    ms, name -> median over its windows of the reference's ms over its own, taken cycle by cycle where
+    kept (:func:`cycle_ratio`), above 1 faster than the reference).
     A bar stated against SDPA is judged on the second: two rows of one kernel timed together unpaired
     came out 4-8% apart on the H200 (clock wandering under its power cap), the paired ratio's spread
     was 0.5% (issue 24)."""
@@ -271,6 +275,6 @@ def paired_together(calls: Mapping[str, Sequence[Callable[[], object]]], pins: M
     measured = adaptive_rounds(captured, others, [reference] if reference in captured else [],
                                (300.0, 50.0, rounds, rounds))
     ms = {name: statistics.median(s.ms for s in samples) for name, samples in measured.samples.items()}
-    versus = {name: statistics.median(s.ref_ms / s.ms for s in samples)
+    versus = {name: statistics.median(1 / s.ratio if s.ratio else s.ref_ms / s.ms for s in samples)
               for name, samples in measured.samples.items() if samples and all(s.ref_ms for s in samples)}
     return ms, versus

@@ -342,6 +342,22 @@ print(f'worker start: torch+CUDA {t1-t0:.1f} s, inputs+references {t2-t1:.1f} s,
              --storage "sqlite:///$S/$run.db" --no-outputs --trace "$S/$run.trace.json" > "$S/$run.log" 2>&1
            echo "main job $run rc=$?"; grep -E "wall|timed" "$S/$run.log" | tail -3
          done;;
+    t34) R=$W/t34; mkdir -p "$R"   # issue 24: the finalists decided cycle by cycle, on the GPU (the sweep's smoke, the clock)
+         timeout ${TESTS_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_clock.py tests/test_sweep.py \
+           tests/test_spawn.py > "$R/tests.log" 2>&1; echo "retime tests rc=$?"; grep -E "FAILED|passed|failed" "$R/tests.log" | tail -6
+         grep -E "^E " "$R/tests.log" | head -6;;
+    gtable34) R=$W/gtable34; mkdir -p "$R"   # issue 25: the default call at every shape, x cuDNN cycle by cycle
+         timeout ${BENCH_S:-200} python3 -m benchmarks.gluon --variant ws --wide --markdown "$R/table.md" > "$R/table.log" 2>&1
+         echo "gluon table rc=$?"; grep -E "^\| B" "$R/table.md";;
+    pipes34) R=$W/pipes34; mkdir -p "$R"   # issue 25: each pipe's use, ours (the default config) and cuDNN's, D=64 both masks
+         M='regex:^sm__(inst_executed_pipe_|pipe_)\w+\.avg\.pct_of_peak_sustained_active$,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second'
+         for c in 0 1; do for t in ours cudnn; do
+           CONF=$(python3 -c "import json,sys; from dataclasses import asdict; from kernel.gluon_config import default_gluon_config as d
+c=asdict(d(64, bool($c), 'ws')); c.pop('variant'); c['num_warps']=4; print(json.dumps(c))")
+           REQ="{\"target\": \"$t\", \"kernel\": \"gluon_fwd\", \"pass\": \"fwd\", \"config\": $CONF, \"shape\": {\"batch\": 4, \"heads\": 8, \"n_q\": 4096, \"n_k\": 4096, \"head_dim\": 64, \"dtype\": \"bf16\", \"causal\": $([ $c = 1 ] && echo true || echo false)}}"
+           timeout 120 /usr/local/cuda/bin/ncu --csv --page raw --print-units base --clock-control none --profile-from-start off \
+             --metrics "$M" python3 -m tuner.profile._launch "$REQ" > "$R/c${c}_$t.csv" 2> "$R/c${c}_$t.err"
+           echo "ncu causal=$c $t rc=$? $(wc -l < "$R/c${c}_$t.csv") lines"; done; done;;
     *) echo "unknown stage $1";;
   esac
 }

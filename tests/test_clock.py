@@ -13,7 +13,18 @@ from types import SimpleNamespace
 import pytest
 
 from kernel import clock
-from kernel.retime import CYCLES, MS, PAIRED, SDPA_RATIO, Rounds, Sample, adaptive_rounds, decided, figures
+from kernel.retime import (
+    CYCLES,
+    MS,
+    PAIRED,
+    PAIRED_CYCLES,
+    SDPA_RATIO,
+    Rounds,
+    Sample,
+    adaptive_rounds,
+    decided,
+    figures,
+)
 from tuner.finalists import finalist_rows, judge_rounds
 from tuner.outcome import SDPA_KEYS
 
@@ -251,14 +262,14 @@ def test_adaptive_rounds_on_the_gpu_capture_once_read_the_clock_and_decide():
         assert all(s.mhz is None for s in samples)
     # each config's windows alternated with SDPA's replays (captured too): the paired ratio decides
     assert all(s.ref_ms and s.ref_ms > 0 and s.ratio and s.ratio > 0 for key in calls for s in rounds.samples[key])
-    assert all(s.ref_ms is None for s in rounds.samples[SDPA_KEYS["flash"]]) and verdict.figure == PAIRED
+    assert all(s.ref_ms is None for s in rounds.samples[SDPA_KEYS["flash"]]) and verdict.figure == PAIRED_CYCLES
     assert verdict.flash_ms and verdict.winner.config in calls
 
 
-def test_each_cycle_s_ratio_to_the_partner_s_next_replay_is_reported_beside_the_paired_figure():
+def test_each_cycle_s_ratio_to_the_partner_s_next_replay_decides_where_every_window_kept_it():
     """A clock dip the partner's replay missed moves one cycle's ratio, which the median sets aside;
-    the windows' medians (1.2 against 0.5, the paired figure that decides) put the config 20% slower."""
-    from kernel.retime import PAIRED_CYCLES, all_figures, cycle_ratio
+    the windows' medians (1.2 against 0.5) would put the config 20% slower in its first round."""
+    from kernel.retime import all_figures, cycle_ratio
 
     own, theirs = [1.0] * 4 + [1.2] * 8, [0.5, 0.5, 0.6]
     assert cycle_ratio(own, theirs) == pytest.approx(2.0)
@@ -266,9 +277,26 @@ def test_each_cycle_s_ratio_to_the_partner_s_next_replay_is_reported_beside_the_
                SDPA_KEYS["flash"]: [Sample(0.5), Sample(0.5)]}
     every = all_figures(samples, [SDPA_KEYS["flash"]])
     assert every[PAIRED]["a"] == pytest.approx([2.4, 2.0]) and every[PAIRED_CYCLES]["a"] == pytest.approx([2.0, 2.0])
-    assert figures(samples, [SDPA_KEYS["flash"]])[0] == PAIRED       # reported, not deciding
-    samples["a"][1] = Sample(1.0, None, 0.5)                          # one window without it: not reported
+    assert list(every)[:2] == [PAIRED_CYCLES, PAIRED] and figures(samples, [SDPA_KEYS["flash"]])[0] == PAIRED_CYCLES
+    verdict = judge_rounds("s", Rounds(samples, "cap"))
+    assert verdict.figure == PAIRED_CYCLES and "cycle by cycle" in verdict.sentence()
+    assert verdict.winner.figures == pytest.approx([2.0, 2.0])
+    samples["a"][1] = Sample(1.0, None, 0.5)                          # one window without it: the windows decide
     assert PAIRED_CYCLES not in all_figures(samples, [SDPA_KEYS["flash"]])
+    assert figures(samples, [SDPA_KEYS["flash"]])[0] == PAIRED
+
+
+def test_paired_together_reports_the_ratio_to_the_reference_cycle_by_cycle(monkeypatch):
+    """The benchmarks' x SDPA-cuDNN: 1 / the cycles' median ratio where kept, else the windows'."""
+    from kernel import retime
+
+    rounds = Rounds({"ours": [Sample(1.2, None, 0.5, 2.0)] * 3, "cudnn": [Sample(0.5)] * 3}, "cap")
+    monkeypatch.setattr(retime, "Candidate", lambda calls, pin: object())
+    monkeypatch.setattr(retime, "adaptive_rounds", lambda *args: rounds)
+    ms, versus = retime.paired_together({"ours": [], "cudnn": []})
+    assert ms == {"ours": pytest.approx(1.2), "cudnn": pytest.approx(0.5)} and versus == {"ours": pytest.approx(0.5)}
+    rounds.samples["ours"] = [Sample(1.2, None, 0.5)] * 3
+    assert retime.paired_together({"ours": [], "cudnn": []})[1] == {"ours": pytest.approx(0.5 / 1.2)}
 
 
 def test_the_stability_report_gives_the_spread_on_every_figure_the_rounds_allow():

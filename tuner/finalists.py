@@ -19,7 +19,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kernel.clock import cycles
-from kernel.retime import ADAPTIVE, CYCLES, MS, PAIRED, SDPA_RATIO, Rounds, figures as round_figures, spread
+from kernel.retime import (
+    ADAPTIVE,
+    CYCLES,
+    MS,
+    PAIRED,
+    PAIRED_CYCLES,
+    SDPA_RATIO,
+    Rounds,
+    figures as round_figures,
+    spread,
+)
 from kernel.timing import round_orders
 from tuner.outcome import SDPA_KEYS
 from tuner.records import best_across_shapes, fastest_first, timed_on
@@ -152,7 +162,8 @@ class ShapeVerdict:
         return text + ("" if self.separated else " (within the noise: both are kept)")
 
 
-FIGURE_WORDS = {PAIRED: "the ratio to SDPA replayed alternately with it", CYCLES: "cycles",
+FIGURE_WORDS = {PAIRED_CYCLES: "the ratio to SDPA replayed alternately with it, cycle by cycle",
+                PAIRED: "the ratio to SDPA replayed alternately with it", CYCLES: "cycles",
                 SDPA_RATIO: "the ratio to SDPA in the same round", MS: "ms"}
 
 

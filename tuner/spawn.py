@@ -27,8 +27,10 @@ __all__ = ["EARLY_ENV", "spawn_worker", "start_early", "start_early_for_sweep", 
 _LOCK = threading.Lock()            # the environment a worker inherits is set around its start
 _EARLY: dict = {}                   # pin -> (process, conn): begun early, not yet handed its work
 NVIDIA_DRIVER = "/dev/nvidiactl"    # present where an NVIDIA driver is loaded: a GPU is likely
-# "1": the sweep begins its first worker early. Off by default until the H200 has timed the main job
-# both ways (stage early33 of scripts/device_run.sh); on a CPU machine nothing is begun either way.
+# The sweep begins its first worker early unless this is "0". On by default: the main job from cold
+# caches took 60.7 and 63.6 s with it, 68.2 and 69.5 s without (H200, A B A B, stage early33 of
+# scripts/device_run.sh, docs/results/2026-12-01-h200-tuner-speed.md). On a CPU machine nothing is
+# begun either way.
 EARLY_ENV = "FA2_TUNER_EARLY_WORKER"
 
 
@@ -110,8 +112,8 @@ def start_early_for_sweep(argv: list[str]) -> None:
     """The sweep's first statement: begin the first GPU's worker (``visible_device(0)``, the first
     :class:`tuner.runner.GpuWorker`'s) where an NVIDIA driver is loaded and the command is a run,
     not ``--help``. Where it is never asked for (the inputs refused, no CUDA after all) it waits,
-    idle, and ends with the sweep (a daemon process). Only with :data:`EARLY_ENV` set to 1."""
-    if os.environ.get(EARLY_ENV, "0") != "1" or not os.path.exists(NVIDIA_DRIVER):
+    idle, and ends with the sweep (a daemon process). Not with :data:`EARLY_ENV` set to 0."""
+    if os.environ.get(EARLY_ENV, "1") == "0" or not os.path.exists(NVIDIA_DRIVER):
         return
     if not {"-h", "--help"} & set(argv) and "--device" not in argv:
         start_early(visible_device(0))
