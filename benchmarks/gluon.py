@@ -5,18 +5,20 @@
     python -m benchmarks.gluon --ablation            # and each variant with one piece taken away
     python -m benchmarks.gluon --smoke --variant ws  # first contact: a few small checked calls
     python -m benchmarks.gluon --variant ws --wide   # and the issue's long shapes (WIDE_CASES)
+    python -m benchmarks.gluon --variant ws --head-dim 64 --causal no --shape 4,8,4096 --shape 33,4,4096
     python -m benchmarks.gluon --host                # host µs of every launch path at N512 (gluon_host.py)
 
 Times: each shape's candidates in 5 rounds that measure every one of them once, the order
 rotating (:func:`kernel.retime.paired_together`: CUDA-graph replay over input sets that do not
 fit in L2, each graph captured once, every candidate's replays alternating with SDPA-cuDNN's in
-each window), the median of its rounds; x SDPA-cuDNN is the median of the windows' paired ratios
-(what the bars are judged on). Baselines in the same run: the Triton kernel at its
-default config (``triton``, named explicitly), the default call ``flash_attn_fwd(q, k, v,
-causal)`` (``default``: the Gluon kernel where ``kernel.gluon_route`` routes it), SDPA's
-flash and cuDNN backends. Before a variant is timed its output is checked against
-SDPA on the same inputs; a variant that fails to compile, raises or is wrong is reported
-with the first line of its error and skipped, and the run goes on. Exits 2 without a GPU.
+each window), the median of its rounds; x SDPA-cuDNN is the median of the windows' paired ratios,
+each taken cycle by cycle (:func:`kernel.retime.cycle_ratio`; what the bars are judged on).
+Baselines in the same run: the Triton kernel at its default config (``triton``, named
+explicitly), the default call ``flash_attn_fwd(q, k, v, causal)`` (``default``: the Gluon kernel
+where ``kernel.gluon_route`` routes it), SDPA's flash and cuDNN backends. Before a variant is
+timed its output is checked against SDPA on the same inputs; a variant that fails to compile,
+raises or is wrong is reported with the first line of its error and skipped, and the run goes
+on. Exits 2 without a GPU.
 """
 
 from __future__ import annotations
@@ -259,7 +261,8 @@ def table(rows, variants, env_line: str) -> str:
     """Markdown: per shape and variant, TFLOP/s and the speed ratio to each baseline (> 1: faster)."""
     lines = [env_line, "", "bf16; ratio = baseline time / variant time (above 1: the variant is faster); "
              "x flash_attn_fwd: the Triton kernel at its default config; default: the default call; x SDPA-cuDNN: "
-             "the median of paired windows (each candidate's replays alternating with cuDNN's).", "",
+             "the median of paired windows (each candidate's replays alternating with cuDNN's, taken cycle by "
+             "cycle).", "",
              "| shape | D | causal | variant | ms | TFLOP/s | x flash_attn_fwd | x SDPA-flash | x SDPA-cuDNN | note |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
@@ -281,6 +284,15 @@ def table(rows, variants, env_line: str) -> str:
     return "\n".join(lines)
 
 
+def shape_arg(text: str) -> dict:
+    """``--shape B,H,N`` (e.g. 33,4,4096) as a shape dict; argparse reports a bad one and exits 2."""
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"--shape {text!r}: expected BATCH,HEADS,N, three positive integers "
+                                         "(e.g. 33,4,4096)")
+    return dict(zip(("batch", "heads", "n"), map(int, parts)))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gluon", description=__doc__.splitlines()[0])
     parser.add_argument("--head-dim", type=int, action="append", choices=(64, 128), help="only these (repeatable)")
@@ -291,6 +303,8 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", help="also write the table here")
     parser.add_argument("--smoke", action="store_true", help="only a few small checked calls per variant (JSON lines)")
     parser.add_argument("--wide", action="store_true", help="also the issue's long shapes (B1 H8 N16384, B2 H16 N8192)")
+    parser.add_argument("--shape", type=shape_arg, action="append",
+                        help="BATCH,HEADS,N instead of B4 H8 N4096 (repeatable), e.g. --shape 33,4,4096")
     parser.add_argument("--host", action="store_true",
                         help="only host µs per call of every launch path, and GPU ms, at short lengths (gluon_host)")
     parser.add_argument("--host-n", type=int, action="append", help="--host at these lengths (repeatable; default 512)")
@@ -317,7 +331,7 @@ def main(argv=None) -> int:
     env = environment()
     warm_gpu()
     rows = []
-    cases = [(d, c, SHAPE) for d in args.head_dim or [64, 128] for c in causals]
+    cases = [(d, c, shape) for shape in args.shape or [SHAPE] for d in args.head_dim or [64, 128] for c in causals]
     cases += [(d, c, dict(batch=b, heads=h, n=n)) for b, h, n, d, c in WIDE_CASES] if args.wide else []
     for head_dim, causal, shape in cases:
         rows.append(bench_case(head_dim, causal, variants, shape=shape))

@@ -319,3 +319,16 @@ def test_the_stability_report_gives_the_spread_on_every_figure_the_rounds_allow(
     rounds = lines[lines.index("Round by round: paired @ MHz") + 2:]
     assert rounds[2] == "| a | 1.1111 @ 1900 | 1.1111 @ 1800 | 1.1111 @ 1850 |"
     assert rounds[3] == "| b | 1.2222 @ 1900 | 1.2222 @ 1800 | 1.2444 @ 1850 |"
+
+
+def test_the_power_benchmark_refuses_a_bad_config_naming_the_flag_and_wants_a_gpu(capsys, monkeypatch):
+    import torch
+
+    from benchmarks import power
+
+    assert power.config_arg("64x64_w4_s4").as_kwargs() == dict(block_m=64, block_n=64, num_warps=4, num_stages=4)
+    with pytest.raises(SystemExit) as stop:
+        power.main(["--config", "64x64"])
+    assert stop.value.code == 2 and "--config '64x64': config '64x64' must be" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert power.main(["--config", "128x64_w8_s3"]) == 2 and "needs a CUDA GPU" in capsys.readouterr().err

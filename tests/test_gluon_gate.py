@@ -186,6 +186,16 @@ def test_the_benchmark_wants_a_gpu(monkeypatch):
     assert bench_gluon.main([]) == 2
 
 
+def test_the_benchmark_takes_shapes_and_refuses_a_bad_one_naming_the_flag(capsys):
+    from benchmarks import gluon as bench_gluon
+
+    assert bench_gluon.shape_arg("33,4,4096") == dict(batch=33, heads=4, n=4096)
+    for bad in ("4,8", "4,8,0", "4,x,4096"):
+        with pytest.raises(SystemExit) as stop:
+            bench_gluon.main(["--shape", bad])
+        assert stop.value.code == 2 and f"--shape {bad!r}: expected BATCH,HEADS,N" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(RUN_REASON is None, reason="this machine can run the Gluon forward")
 def test_calls_without_a_hopper_and_triton_36_raise_gluon_unavailable():
     q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)

@@ -1,0 +1,97 @@
+"""Benchmark: configs of the Triton forward run alone for seconds, with the board's power and SM clock.
+
+    python -m benchmarks.power --config 64x64_w4_s4 --config 128x64_w8_s3 --n 4096 --causal
+    python -m benchmarks.power --config 128x64_w8_s3 --seconds 5 --rounds 2
+
+Why: under its power cap (about 700 W on the H200) a GPU lowers its SM clock, and a config that
+spends more energy per cycle of work is clocked lower than another when each runs alone for long.
+The finalists' paired windows (kernel.retime) are short and shared with SDPA's replays, and they
+cancel the clock; this shows what each config draws and the clock it holds when it runs alone
+(issue 24: the finalists' agreement with the old protocol, which times each config alone for
+200 ms, on ms). Each config's calls (two input sets) are captured as one CUDA graph and replayed
+for ``--seconds``, NVML read every 50 ms; the first third of the samples (the clock settling) is
+dropped. Rounds alternate the order. Needs a CUDA GPU and ``nvidia-ml-py``; exits 2 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+
+from tuner.kernels.triton_fwd import FwdConfig
+
+
+def config_arg(text: str) -> FwdConfig:
+    """``--config 128x64_w8_s3`` as the Triton forward's config; argparse reports a bad one (exit 2)."""
+    try:
+        return FwdConfig.parse(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"--config {text!r}: {exc}") from None
+
+
+def sustained(graph, seconds: float, nvml, handle) -> tuple[float, float, float]:
+    """(median ms per replay, mean W, mean SM MHz) over ``seconds`` of replays, NVML polled beside them."""
+    samples, stop = [], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            samples.append((nvml.nvmlDeviceGetPowerUsage(handle) / 1000,
+                            nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)))
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    per_replay, _ = graph.timed(seconds * 1000)
+    stop.set()
+    thread.join()
+    late = samples[len(samples) // 3:] or samples
+    return statistics.median(per_replay), statistics.fmean(w for w, _ in late), statistics.fmean(c for _, c in late)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.power", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=config_arg, action="append", required=True,
+                        help="a Triton forward config key, e.g. 128x64_w8_s3 (repeatable)")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--head-dim", type=int, default=64, choices=(64, 128))
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--seconds", type=float, default=3.0, help="replays per measurement (default 3 s)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    import torch
+
+    try:
+        import pynvml
+    except ImportError:
+        pynvml = None
+    if not torch.cuda.is_available() or pynvml is None:
+        print("python -m benchmarks.power needs a CUDA GPU and nvidia-ml-py (pip install -e '.[clocks]'): it reads "
+              "the board's power and SM clock while each config runs.", file=sys.stderr)
+        return 2
+    from kernel import flash_attn_fwd
+    from kernel.timing import capture_graph, environment, environment_line
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    shape = (args.batch, args.heads, args.n, args.head_dim)
+    sets = [tuple(torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3)) for _ in range(2)]
+    graphs = {c.key: capture_graph([lambda s=s, c=c: flash_attn_fwd(*s, args.causal, **c.as_kwargs()) for s in sets])
+              for c in args.config}
+    print(environment_line(environment()))
+    print(f"B{args.batch} H{args.heads} N{args.n} D{args.head_dim} bf16{' causal' if args.causal else ''}; "
+          f"ms per replay (two calls), mean board W and SM MHz over the last two thirds of {args.seconds:g} s")
+    for index in range(args.rounds):
+        for key in (list(graphs) if index % 2 == 0 else list(graphs)[::-1]):
+            ms, watts, mhz = sustained(graphs[key], args.seconds, pynvml, handle)
+            print(f"round {index + 1}  {key:16s} ms {ms:.4f}  W {watts:.0f}  MHz {mhz:.0f}  kcycles {ms * mhz:.1f}",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
