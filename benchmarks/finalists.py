@@ -12,6 +12,7 @@ winner in those same rounds: the bar is that the stored winner is within 1% of i
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -75,8 +76,8 @@ def agree(url: str, study_name: str, target: str, rounds: int, markdown: Path | 
              "measurement 100 ms settled + 200 ms timed, SDPA in the same rounds, the SM clock read): its winner "
              "by median ms as before, and on the clock-normalised figure; the stored winner against both.", "",
              "| shape | stored winner (figure, rounds, stop) | today's winner (ms) | stored / today's, ms | "
-             "winner on the figure | stored / it, on the figure | noise, ms / figure |",
-             "|---|---|---|---|---|---|---|"]
+             "winner on the figure | stored / it, on the figure | noise, ms / figure | SM MHz, stored / today's |",
+             "|---|---|---|---|---|---|---|---|"]
     worst = 0.0
     for shape in study.shapes:
         if shape.label in stored:
@@ -104,9 +105,14 @@ def _agree_line(shape, verdict, rounds: int) -> tuple[str, float]:
     mine = verdict.winner.config
     ms_ratio = _of(today, mine).median / today.winner.median
     figure_ratio = _of(normalised, mine).score / normalised.winner.score
+    # each one's median clock over its own measurements: a config clocked lower when it runs alone
+    # (more energy per cycle under the power cap) is slower on ms though not on cycles
+    clocks = [statistics.median(s.mhz for s in measured.samples[key]) if all(s.mhz for s in measured.samples[key])
+              else None for key in (mine, today.winner.config)]
+    mhz = " / ".join(f"{c:.0f}" for c in clocks) if all(clocks) else "n/a"
     return (f"| {shape.label} | {mine} ({verdict.figure}, {len(verdict.winner.times)}, {verdict.stopped}) | "
             f"{today.winner.config} | {ms_ratio:.4f} | {normalised.winner.config} ({normalised.figure}) | "
-            f"{figure_ratio:.4f} | {100 * today.noise:.1f}% / {100 * normalised.noise:.1f}% |"), ms_ratio - 1
+            f"{figure_ratio:.4f} | {100 * today.noise:.1f}% / {100 * normalised.noise:.1f}% | {mhz} |"), ms_ratio - 1
 
 
 def _of(verdict, config: str):

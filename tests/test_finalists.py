@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from tuner.finalists import judge, round_orders, select_finalists
@@ -88,3 +90,20 @@ def test_the_summary_compares_a_re_timed_winner_with_sdpa_from_the_same_rounds(h
     plain = summary(ctx, rows, Counter(), None, {shape: judge(shape, {best.config: [best.ms * 2] * 3})})
     line = next(ln for ln in plain.splitlines() if ln.startswith(shape + " ") and best.config in ln)
     assert line.split()[-3] == f"{100 * best.flash_ms / (2 * best.ms):.0f}"   # no re-timed SDPA: the baseline
+
+
+def test_the_agreement_row_gives_each_winner_s_clock_where_the_rounds_read_it(monkeypatch):
+    """A stored winner slower on ms only because it ran at a lower clock: the row says so (its
+    median MHz beside today's winner's), and the ratio on ms and on cycles."""
+    from benchmarks import finalists as bench
+    from kernel.retime import Rounds, Sample
+    from tuner.outcome import SDPA_KEYS
+
+    samples = {"a": [Sample(0.2150, 1888.0)] * 5, "b": [Sample(0.2092, 1980.0)] * 5,
+               SDPA_KEYS["cudnn"]: [Sample(0.18, 1950.0)] * 5}
+    monkeypatch.setattr(bench, "retime_rounds", lambda shape, keys, rounds, protocol: Rounds(samples, "cap"))
+    stored = judge("s", {"a": [0.2089] * 3, "b": [0.2117] * 3})
+    line, behind = bench._agree_line(SimpleNamespace(label="s"), stored, 5)
+    cells = [c.strip() for c in line.split("|")]
+    assert cells[3] == "b" and cells[4] == f"{0.2150 / 0.2092:.4f}" and behind == pytest.approx(0.2150 / 0.2092 - 1)
+    assert cells[5].startswith("a (cycles)") and cells[6] == "1.0000" and cells[8] == "1888 / 1980"
