@@ -32,14 +32,14 @@ def config_arg(text: str) -> FwdConfig:
         raise argparse.ArgumentTypeError(f"--config {text!r}: {exc}") from None
 
 
-def sustained(graph, seconds: float, nvml, handle) -> tuple[float, float, float]:
-    """(median ms per replay, mean W, mean SM MHz) over ``seconds`` of replays, NVML polled beside them."""
+def sustained(graph, seconds: float, clock) -> tuple[float, float, float]:
+    """(median ms per replay, mean W, mean SM MHz) over ``seconds`` of replays, NVML polled beside
+    them through ``clock`` (:func:`kernel.clock.sm_clock`: this process's GPU, by its UUID)."""
     samples, stop = [], threading.Event()
 
     def poll():
         while not stop.is_set():
-            samples.append((nvml.nvmlDeviceGetPowerUsage(handle) / 1000,
-                            nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)))
+            samples.append((clock.nvml.nvmlDeviceGetPowerUsage(clock.handle) / 1000, clock.mhz()))
             time.sleep(0.05)
 
     thread = threading.Thread(target=poll)
@@ -48,7 +48,8 @@ def sustained(graph, seconds: float, nvml, handle) -> tuple[float, float, float]
     stop.set()
     thread.join()
     late = samples[len(samples) // 3:] or samples
-    return statistics.median(per_replay), statistics.fmean(w for w, _ in late), statistics.fmean(c for _, c in late)
+    return (statistics.median(per_replay), statistics.fmean(w for w, _ in late),
+            statistics.fmean(c for _, c in late if c is not None))        # a missed reading (None) left out
 
 
 def main(argv=None) -> int:
@@ -65,19 +66,15 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    try:
-        import pynvml
-    except ImportError:
-        pynvml = None
-    if not torch.cuda.is_available() or pynvml is None:
+    from kernel.clock import sm_clock
+
+    clock = sm_clock() if torch.cuda.is_available() else None
+    if clock is None:
         print("python -m benchmarks.power needs a CUDA GPU and nvidia-ml-py (pip install -e '.[clocks]'): it reads "
               "the board's power and SM clock while each config runs.", file=sys.stderr)
         return 2
     from kernel import flash_attn_fwd
     from kernel.timing import capture_graph, environment, environment_line
-
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
     shape = (args.batch, args.heads, args.n, args.head_dim)
     sets = [tuple(torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3)) for _ in range(2)]
     graphs = {c.key: capture_graph([lambda s=s, c=c: flash_attn_fwd(*s, args.causal, **c.as_kwargs()) for s in sets])
@@ -87,7 +84,7 @@ def main(argv=None) -> int:
           f"ms per replay (two calls), mean board W and SM MHz over the last two thirds of {args.seconds:g} s")
     for index in range(args.rounds):
         for key in (list(graphs) if index % 2 == 0 else list(graphs)[::-1]):
-            ms, watts, mhz = sustained(graphs[key], args.seconds, pynvml, handle)
+            ms, watts, mhz = sustained(graphs[key], args.seconds, clock)
             print(f"round {index + 1}  {key:16s} ms {ms:.4f}  W {watts:.0f}  MHz {mhz:.0f}  kcycles {ms * mhz:.1f}",
                   flush=True)
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+import time
 import types
 from types import SimpleNamespace
 
@@ -332,3 +333,14 @@ def test_the_power_benchmark_refuses_a_bad_config_naming_the_flag_and_wants_a_gp
     assert stop.value.code == 2 and "--config '64x64': config '64x64' must be" in capsys.readouterr().err
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert power.main(["--config", "128x64_w8_s3"]) == 2 and "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_the_power_benchmark_reads_this_process_s_gpu_through_sm_clock_and_skips_missed_readings():
+    from benchmarks import power
+
+    readings = iter([1900.0, None, 1880.0] * 50)
+    nvml = SimpleNamespace(nvmlDeviceGetPowerUsage=lambda handle: 690_000 if handle == "mine" else 0)
+    gpu = SimpleNamespace(nvml=nvml, handle="mine", mhz=lambda: next(readings))
+    graph = SimpleNamespace(timed=lambda rep_ms: (time.sleep(0.3), ([0.2, 0.21, 0.22], None))[1])
+    ms, watts, mhz = power.sustained(graph, 0.3, gpu)
+    assert ms == pytest.approx(0.21) and watts == pytest.approx(690.0) and 1880.0 <= mhz <= 1900.0
