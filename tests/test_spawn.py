@@ -53,7 +53,7 @@ def test_a_dead_early_process_is_replaced_and_one_for_another_gpu_is_left(monkey
 
 @pytest.mark.parametrize("driver, argv, early_env, begun", [
     (True, ["--gpu", "sm_89"], "1", True),
-    (True, ["--gpu", "sm_89"], None, True),           # on by default (the main job 6.7 s sooner on the H200)
+    (True, ["--gpu", "sm_89"], None, True),           # on by default (its worker ready 7 s sooner on the H200)
     (True, ["--gpu", "sm_89"], "0", False),
     (True, ["--gpu", "sm_89", "--help"], "1", False),
     (True, ["--gpu", "sm_89", "--device", "cpu"], "1", False),

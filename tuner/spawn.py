@@ -27,10 +27,11 @@ __all__ = ["EARLY_ENV", "spawn_worker", "start_early", "start_early_for_sweep", 
 _LOCK = threading.Lock()            # the environment a worker inherits is set around its start
 _EARLY: dict = {}                   # pin -> (process, conn): begun early, not yet handed its work
 NVIDIA_DRIVER = "/dev/nvidiactl"    # present where an NVIDIA driver is loaded: a GPU is likely
-# The sweep begins its first worker early unless this is "0". On by default: the main job from cold
-# caches took 60.7 and 63.6 s with it, 68.2 and 69.5 s without (H200, A B A B, stage early33 of
-# scripts/device_run.sh, docs/results/2026-12-01-h200-tuner-speed.md). On a CPU machine nothing is
-# begun either way.
+# The sweep begins its first worker early unless this is "0". On by default: from cold caches the
+# main job's worker start and SDPA baselines took 5 s with it, 12 s without, and the whole job 60.7
+# and 63.6 s against 68.2 and 69.5 s (H200, A B A B, stage early33 of scripts/device_run.sh; those
+# runs with it also timed fewer configs: docs/results/2026-12-01-h200-tuner-speed.md). On a CPU
+# machine nothing is begun either way.
 EARLY_ENV = "FA2_TUNER_EARLY_WORKER"
 
 
