@@ -234,10 +234,12 @@ def _descriptor(name: str, t4: torch.Tensor, rows: int):
     return TensorDescriptor(t4, list(t4.shape), tma_strides(name, t4), block, layout)
 
 
-def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool):
+def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool, split: tuple | None = None):
     """(kernel, positional arguments, constexprs, options) of a launch on [B, H, N, D] views.
 
     The launcher and the cross-compiler (``gluon_compile``, with stand-in tensors) both use this.
+    ``split``: the ws kernel's ``(TAIL, SPLITS, WS_O, WS_L)`` (:mod:`kernel.gluon_split`); None
+    splits nothing (``TAIL`` = every tile, the workspaces stand-ins never written).
     """
     from kernel.flash_fwd_gluon_ws import _fwd_ws_kernel
 
@@ -245,15 +247,18 @@ def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool):
     rows = 64 if config.variant == "ws" else config.block_m
     descriptors = (_descriptor("q", q4, rows), _descriptor("k", k4, config.block_n),
                    _descriptor("v", v4, config.block_n), _descriptor("out", o4, rows))
-    args = (*descriptors, lse, heads, batch * heads, n_q, k4.shape[2], LOG2E / math.sqrt(head_dim))
+    scalars = (heads, batch * heads, n_q, k4.shape[2], LOG2E / math.sqrt(head_dim))
     constexprs = dict(CAUSAL=causal, OVERLAP=config.overlap, NUM_STAGES=config.num_stages)
     options = dict(num_warps=config.num_warps)
     if config.variant == "ws":
+        tail, splits, ws_o, ws_l = split or (triton.cdiv(n_q, config.block_m) * batch * heads, 1, lse, lse)
+        args = (*descriptors, lse, ws_o, ws_l, *scalars, tail, splits)
         constexprs.update(CONSUMERS=config.consumers, PINGPONG=config.pingpong,
-                          PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs)
+                          PRODUCER_REGS=config.producer_regs, CONSUMER_REGS=config.consumer_regs,
+                          SPLIT=split is not None)
         options["maxnreg"] = config.maxnreg
         return _fwd_ws_kernel, args, constexprs, options
-    return _fwd_pipelined_kernel, args, constexprs, options
+    return _fwd_pipelined_kernel, (*descriptors, lse, *scalars), constexprs, options
 
 
 def _config_from(variant, head_dim, causal, knobs: dict) -> GluonConfig:

@@ -24,24 +24,31 @@ from __future__ import annotations
 from kernel.gluon_attention import (
     UNSPECIALISED,
     attend_overlapped,
+    attend_range,
     attend_simple,
     fence_async_shared,
     finish_rows,
     gl,
     jit,
+    key_range,
     key_tiles,
     load_k,
     load_v,
     mbarrier,
-    tile_coords,
+    store_part,
     tma,
+    work_item,
+    work_items,
 )
+
+# TAIL and SPLITS are counts of the launch's work (a 1 would otherwise compile a second binary).
+WS_UNSPECIALISED = UNSPECIALISED + ("TAIL", "SPLITS")
 
 
 @jit
-def _producer(q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K,
-              CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr):
-    """Loads Q for each consumer, then the tile's keys and values into the ring."""
+def _producer(q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, TAIL, SPLITS,
+              CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr, SPLIT: gl.constexpr):
+    """Loads Q for each consumer, then the work item's keys and values into the ring."""
     k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty = ring
     stages: gl.constexpr = k_bufs.shape[0]
     ROWS: gl.constexpr = q_desc.block_type.shape[2]
@@ -50,12 +57,13 @@ def _producer(q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q
     tiles_m = gl.cdiv(N_Q, BLOCK_M)
     count = 0
     done = 0
-    for tile in range(gl.program_id(0), tiles_m * BH, gl.num_programs(0)):
-        tile_m, bh = tile_coords(tile, tiles_m, BH, CAUSAL)
+    for item in range(gl.program_id(0), work_items(tiles_m, BH, TAIL, SPLITS, SPLIT), gl.num_programs(0)):
+        tile_m, bh, tile, part, parts = work_item(item, tiles_m, BH, TAIL, SPLITS, CAUSAL, SPLIT)
         batch = bh // H
         head = bh % H
         start_m = tile_m * BLOCK_M
         n_full, n_tiles = key_tiles(start_m, N_K, BLOCK_M, BLOCK_N, CAUSAL)
+        lo, hi = key_range(n_tiles, part, parts)
         for c in gl.static_range(CONSUMERS):
             # A fresh barrier counts as having completed the phase before 0: the first wait passes.
             mbarrier.wait(q_empty.index(c), (done & 1) ^ 1)
@@ -68,22 +76,22 @@ def _producer(q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q
                                             q_bufs.index(c), pred=rows_in)
             mbarrier.arrive(q_ready.index(c), pred=start_m + c * ROWS >= N_Q)
         loader = (k_desc, v_desc, batch, head)
-        for j in range(n_tiles):
-            index = count + j
+        for j in range(lo, hi):
+            index = count + j - lo
             phase = (index // stages) & 1
             mbarrier.wait(k_empty.index(index % stages), phase ^ 1)
             load_k(ring, loader, index, j, True)
             mbarrier.wait(v_empty.index(index % stages), phase ^ 1)
             load_v(ring, loader, index, j, True)
-        count += n_tiles
+        count += hi - lo
         done += 1  # noqa: SIM113 (device code: no enumerate)
 
 
 @jit
-def _consumer(q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K, qk_scale,
-              C: gl.constexpr, CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr, OVERLAP: gl.constexpr,
-              PINGPONG: gl.constexpr):
-    """Consumer warpgroup C: attention for rows [64 C, 64 C + 64) of every query tile."""
+def _consumer(q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH, N_Q, N_K,
+              qk_scale, TAIL, SPLITS, C: gl.constexpr, CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr,
+              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, SPLIT: gl.constexpr):
+    """Consumer warpgroup C: attention for rows [64 C, 64 C + 64) of every work item's query tile."""
     ROWS: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_M: gl.constexpr = ROWS * CONSUMERS
@@ -106,12 +114,13 @@ def _consumer(q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars,
     count = 0
     done = 0
     turn = 0
-    for tile in range(gl.program_id(0), tiles_m * BH, gl.num_programs(0)):
-        tile_m, bh = tile_coords(tile, tiles_m, BH, CAUSAL)
+    for item in range(gl.program_id(0), work_items(tiles_m, BH, TAIL, SPLITS, SPLIT), gl.num_programs(0)):
+        tile_m, bh, tile, part, parts = work_item(item, tiles_m, BH, TAIL, SPLITS, CAUSAL, SPLIT)
         batch = bh // H
         head = bh % H
         start_m = tile_m * BLOCK_M
         n_full, n_tiles = key_tiles(start_m, N_K, BLOCK_M, BLOCK_N, CAUSAL)
+        lo, hi = key_range(n_tiles, part, parts)
         offs_m = start_m + C * ROWS + gl.arange(0, ROWS, layout=rows)
         m_i = gl.full([ROWS], float("-inf"), gl.float32, rows)
         l_i = gl.zeros([ROWS], gl.float32, rows)
@@ -120,27 +129,43 @@ def _consumer(q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars,
         if OVERLAP:
             acc, m_i, l_i, turn = attend_overlapped(q, acc, m_i, l_i, ring, ring, count, n_full, n_tiles, offs_m,
                                                     N_K, qk_scale, turns, turn, CAUSAL, False, PINGPONG)
+        elif SPLIT:                                # the launcher splits only in-order tiles
+            acc, m_i, l_i = attend_range(q, acc, m_i, l_i, ring, count, lo, hi, n_full, offs_m, N_K, qk_scale,
+                                         CAUSAL)
         else:
             acc, m_i, l_i = attend_simple(q, acc, m_i, l_i, ring, ring, count, n_full, n_tiles, offs_m, N_K,
                                           qk_scale, CAUSAL, False)
         mbarrier.arrive(q_empty.index(C))          # every wgmma reading Q has completed
-        count += n_tiles
+        count += hi - lo
         done += 1  # noqa: SIM113 (device code: no enumerate)
 
-        tma.store_wait(0)                          # the previous tile's output has left o_buf
-        finish_rows(acc, m_i, l_i, o_buf.reshape([ROWS, HEAD_DIM]), LSE + bh.to(gl.int64) * N_Q + offs_m,
-                    offs_m < N_Q)
-        fence_async_shared()
-        if start_m + C * ROWS < N_Q:               # no store of a box wholly past N_q
-            tma.async_copy_shared_to_global(o_desc, [batch, head, start_m + C * ROWS, 0], o_buf)
+        if SPLIT:
+            if parts > 1:                          # a part of a split tile: the merge finishes it
+                store_part(acc, m_i, l_i, WS_O, WS_L, ((tile - TAIL) * SPLITS + part) * BLOCK_M + C * ROWS)
+            else:
+                _store_tile(acc, m_i, l_i, o_desc, o_buf, LSE, bh, batch, head, start_m + C * ROWS, offs_m, N_Q)
+        else:
+            _store_tile(acc, m_i, l_i, o_desc, o_buf, LSE, bh, batch, head, start_m + C * ROWS, offs_m, N_Q)
     tma.store_wait(0)
 
 
-@jit(do_not_specialize=UNSPECIALISED)
-def _fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, qk_scale,
+@jit
+def _store_tile(acc, m_i, l_i, o_desc, o_buf, LSE, bh, batch, head, row0, offs_m, N_Q):
+    """A consumer's rows of a whole tile: out through its output buffer by TMA, lse to memory."""
+    ROWS: gl.constexpr = acc.shape[0]
+    HEAD_DIM: gl.constexpr = acc.shape[1]
+    tma.store_wait(0)                              # the previous tile's output has left o_buf
+    finish_rows(acc, m_i, l_i, o_buf.reshape([ROWS, HEAD_DIM]), LSE + bh.to(gl.int64) * N_Q + offs_m, offs_m < N_Q)
+    fence_async_shared()
+    if row0 < N_Q:                                 # no store of a box wholly past N_q
+        tma.async_copy_shared_to_global(o_desc, [batch, head, row0, 0], o_buf)
+
+
+@jit(do_not_specialize=WS_UNSPECIALISED)
+def _fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, WS_O, WS_L, H, BH, N_Q, N_K, qk_scale, TAIL, SPLITS,
                    CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, NUM_STAGES: gl.constexpr,
                    CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                   PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, SPLIT: gl.constexpr):
     """Allocates the buffers and barriers, then forks the partitions (module docstring)."""
     dtype: gl.constexpr = q_desc.dtype
     q_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
@@ -168,25 +193,28 @@ def _fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, qk_scal
 
     if CONSUMERS == 3:         # 192-row tiles: no turns (the turnstile is for two)
         gl.warp_specialize([
-            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K,
-                         qk_scale, 0, CAUSAL, CONSUMERS, OVERLAP, False)),
-            (_producer, (q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, CAUSAL, CONSUMERS)),
-            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K,
-                         qk_scale, 1, CAUSAL, CONSUMERS, OVERLAP, False)),
-            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K,
-                         qk_scale, 2, CAUSAL, CONSUMERS, OVERLAP, False)),
+            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 0, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT)),
+            (_producer, (q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, TAIL, SPLITS, CAUSAL,
+                         CONSUMERS, SPLIT)),
+            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 1, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT)),
+            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 2, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT)),
         ], [1, 4, 4], [PRODUCER_REGS, CONSUMER_REGS, CONSUMER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([
-            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K,
-                         qk_scale, 0, CAUSAL, CONSUMERS, OVERLAP, PINGPONG)),
-            (_producer, (q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, CAUSAL, CONSUMERS)),
-            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K,
-                         qk_scale, 1, CAUSAL, CONSUMERS, OVERLAP, PINGPONG)),
+            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 0, CAUSAL, CONSUMERS, OVERLAP, PINGPONG, SPLIT)),
+            (_producer, (q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, TAIL, SPLITS, CAUSAL,
+                         CONSUMERS, SPLIT)),
+            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 1, CAUSAL, CONSUMERS, OVERLAP, PINGPONG, SPLIT)),
         ], [1, 4], [PRODUCER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, H, BH, N_Q, N_K,
-                         qk_scale, 0, CAUSAL, CONSUMERS, OVERLAP, False)),
-            (_producer, (q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, CAUSAL, CONSUMERS)),
+            (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 0, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT)),
+            (_producer, (q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, TAIL, SPLITS, CAUSAL,
+                         CONSUMERS, SPLIT)),
         ], [1], [PRODUCER_REGS])

@@ -50,16 +50,19 @@ def _views(batch, heads, n_q, n_k, head_dim, dtype):
 
 
 def stand_in_launch(config: GluonConfig, head_dim: int, causal: bool, n_q: int, n_k: int, batch: int = 2,
-                    heads: int = 3, dtype: torch.dtype = torch.bfloat16):
+                    heads: int = 3, dtype: torch.dtype = torch.bfloat16, split: bool = False):
     """(kernel, arguments, constexprs, options) of a launch on stand-ins of contiguous [B, H, N, D]
-    tensors (``kernel.flash_fwd_gluon.launch_arguments``): what the JIT binds, and ``warmup`` takes."""
-    return launch_arguments(*_views(batch, heads, n_q, n_k, head_dim, dtype), config, causal)
+    tensors (``kernel.flash_fwd_gluon.launch_arguments``): what the JIT binds, and ``warmup`` takes.
+    ``split``: the ws binary that splits its last wave (``kernel.gluon_split``; its counts are not
+    specialised, so any stand-in compiles the same binary)."""
+    views = _views(batch, heads, n_q, n_k, head_dim, dtype)
+    return launch_arguments(*views, config, causal, **(dict(split=(0, 2, views[4], views[4])) if split else {}))
 
 
 def compile_inputs(config: GluonConfig, head_dim: int, causal: bool, n_q: int, n_k: int, batch: int = 2,
-                   heads: int = 3, dtype: torch.dtype = torch.bfloat16) -> CompileInputs:
+                   heads: int = 3, dtype: torch.dtype = torch.bfloat16, split: bool = False) -> CompileInputs:
     """The compile inputs of a launch on contiguous [B, H, N, D] tensors, as the JIT makes them."""
-    return bound_inputs(*stand_in_launch(config, head_dim, causal, n_q, n_k, batch, heads, dtype))
+    return bound_inputs(*stand_in_launch(config, head_dim, causal, n_q, n_k, batch, heads, dtype, split))
 
 
 def bound_inputs(fn, args, constexprs: dict, options: dict) -> CompileInputs:
@@ -153,10 +156,11 @@ def compile_report(case: dict) -> dict:
 
     config = GluonConfig(**case["config"])
     args = (config, case["head_dim"], case["causal"], case["n_q"], case["n_k"])
-    report = dict(case, config=asdict(config), model=smem_bytes(config, case["head_dim"]))
+    split = bool(case.get("split"))
+    report = dict(case, config=asdict(config), model=smem_bytes(config, case["head_dim"], split=split))
     try:
-        inputs = compile_inputs(*args)
-        compiled = cross_compile(*args)
+        inputs = compile_inputs(*args, split=split)
+        compiled = cross_compile(*args, split=split)
     except Exception as exc:  # reported, not raised: one bad case must not hide the others
         return dict(report, error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1:]}")
     names = list(inputs.fn.arg_names)

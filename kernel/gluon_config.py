@@ -97,9 +97,10 @@ class GluonConfig:
             found.append(f"registers: {self.maxnreg} per thread over {4 * (1 + self.consumers)} warps exceed 65,536")
         if head_dim not in HEAD_DIMS:
             found.append(f"head dim {head_dim} is not supported; use one of {HEAD_DIMS}")
-        if not found and smem_bytes(self, head_dim) + STATIC_SMEM > SMEM_LIMIT:
-            found.append(f"shared memory: {smem_bytes(self, head_dim)} B + {STATIC_SMEM} B static > {SMEM_LIMIT} B "
-                         "on sm_90")
+        # the larger binary where a launch may split its last wave (kernel.gluon_split)
+        smem = smem_bytes(self, head_dim, split=self.variant == "ws" and not self.overlap and self.persistent > 0)
+        if not found and smem + STATIC_SMEM > SMEM_LIMIT:
+            found.append(f"shared memory: {smem} B + {STATIC_SMEM} B static > {SMEM_LIMIT} B on sm_90")
         return found
 
 
@@ -166,17 +167,18 @@ def gluon_configs(head_dim: int) -> list[GluonConfig]:
 # The warp-specialized kernel hands its worker partitions' arguments through shared memory
 # (Triton 3.6 lays them end to end and rounds the block to 16 bytes): a tensor descriptor or
 # a global pointer is 8 bytes, an int or float 4, a shared buffer 8 + 4 per dimension. The
-# producer takes q, k, v, Q buffers, the ring and its barriers, H, BH, N_q, N_k; a second
-# consumer adds the output descriptor and buffers, lse, the scale and, when it takes turns,
-# the turnstile. (A length the JIT made a constant 1 is not passed: 4 bytes the rounding absorbs.)
+# producer takes q, k, v, Q buffers, the ring and its barriers, H, BH, N_q, N_k (and, in a binary
+# that splits its last wave, TAIL and SPLITS); a second consumer adds the output descriptor and
+# buffers, lse, the scale, when it takes turns the turnstile (and, splitting, the two
+# workspaces). (A length the JIT made a constant 1 is not passed: 4 bytes the rounding absorbs.)
 WS_WORD_BYTES = 4          # and a word per worker partition, placed last
 
 
-def _ws_capture_bytes(consumers: int, pingpong: bool) -> int:
+def _ws_capture_bytes(consumers: int, pingpong: bool, split: bool = False) -> int:
     rank5, rank2 = 8 + 4 * 5, 8 + 4 * 2
-    size = 3 * 8 + 3 * rank5 + 6 * rank2 + 4 * 4          # producer
+    size = 3 * 8 + 3 * rank5 + 6 * rank2 + 4 * 4 + (2 * 4 if split else 0)        # producer
     if consumers >= 2:
-        size += 8 + rank5 + 8 + 4 + (rank2 if pingpong else 0)
+        size += 8 + rank5 + 8 + 4 + (rank2 if pingpong else 0) + (2 * 8 if split else 0)
     return -(-size // 16) * 16
 
 
@@ -188,7 +190,7 @@ def _place(sizes_and_alignments) -> int:
     return end
 
 
-def smem_bytes(config: GluonConfig, head_dim: int, element_bytes: int = 2) -> int:
+def smem_bytes(config: GluonConfig, head_dim: int, element_bytes: int = 2, split: bool = False) -> int:
     """Shared memory of a config, as Triton 3.6 allocates it (bytes, = ``metadata.shared``).
 
     Tiles first (multiples of 1 KB): the K and V ring, then Q (pipelined: Q's buffer also
@@ -209,7 +211,7 @@ def smem_bytes(config: GluonConfig, head_dim: int, element_bytes: int = 2) -> in
         return tiles + _place(sorted(((size, 16) for size in small), reverse=True))
     consumers = config.consumers
     tiles = ring + 2 * consumers * 64 * head_dim * element_bytes
-    small = ([_ws_capture_bytes(consumers, config.pingpong)] + [8 * stages] * 4 + [8 * consumers] * 2
+    small = ([_ws_capture_bytes(consumers, config.pingpong, split)] + [8 * stages] * 4 + [8 * consumers] * 2
              + ([16] if config.pingpong else []))
     placed = sorted(((size, 16) for size in small), reverse=True) + [(WS_WORD_BYTES * consumers, 4)]
     return tiles + _place(placed)

@@ -46,6 +46,7 @@ import triton
 
 from kernel.gluon_checks import tma_strides
 from kernel.gluon_config import GluonConfig
+from kernel.gluon_split import merge_parts, tail_split
 from kernel.launch import PlanTensors, current_device, current_stream, direct_runner, hooks_busy, sm_count
 
 __all__ = ["DESCRIPTOR_ARGS", "MAP_LIMIT", "DescriptorArgs", "DescriptorTemplate", "GluonLaunchPlan", "direct_parts",
@@ -189,9 +190,12 @@ class GluonLaunchPlan(PlanTensors):
         batch, heads, n_q = q.shape[0], 1 if q.ndim == 3 else q.shape[1], q.shape[-2]
         self.grid = None if batch * heads * n_q == 0 else grid_for(config, batch * heads, n_q, q.device)
         self.no_keys = k.shape[-2] == 0
+        self.split = None
         if self.grid is not None and not self.no_keys:
             self._check_tma(q, k, v, out)
+            self.split = tail_split(config, causal, batch * heads, n_q, k.shape[-2], self.grid[0])
         self.compiled = self.mode = self._run = None
+        self._workspace_args = False
         self._head = self._scalars = self._maps = self._templates = ()
 
     def _check_tma(self, q, k, v, out) -> None:
@@ -209,22 +213,34 @@ class GluonLaunchPlan(PlanTensors):
             out.zero_()
             lse.fill_(float("-inf"))
             return out, lse
+        workspaces = self.split.workspaces(self.config.block_m, q.shape[-1], q.device) if self.split else ()
         if self._run is None or current_device() != self._device_index or hooks_busy():
-            self._launch_jit(q, k, v, out, lse)   # first call, another device current, or a profiler's hooks
+            self._launch_jit(q, k, v, out, lse, workspaces)   # first call, another device, or a profiler's hooks
         elif self._maps:
             q_args, k_args, v_args, o_args = self._maps
             self._run(*self.grid, current_stream(self._device_index), *self._head, *q_args(q), *k_args(k),
-                      *v_args(v), *o_args(out), lse, *self._scalars)
+                      *v_args(v), *o_args(out), *self._pointers(lse, workspaces), *self._scalars)
         else:
             views = (t.unsqueeze(1) for t in (q, k, v, out)) if self.unsqueeze else (q, k, v, out)
             self._run(*self.grid, current_stream(self._device_index), *self._head,
-                      *(template.build(t) for template, t in zip(self._templates, views)), lse, *self._scalars)
+                      *(template.build(t) for template, t in zip(self._templates, views)),
+                      *self._pointers(lse, workspaces), *self._scalars)
+        if self.split:
+            with on_device(self.device):
+                merge_parts(self.split, *workspaces, out.unsqueeze(1) if self.unsqueeze else out, lse,
+                            self.config.block_m)
         return out, lse
 
-    def _launch_jit(self, q, k, v, out, lse) -> None:
+    def _pointers(self, lse, workspaces) -> tuple:
+        """The direct launch's pointers after the descriptors: lse, and where the kernel takes them
+        (the ws kernel) the split's workspaces (lse itself, never written, where nothing is split)."""
+        return (lse, *(workspaces or (lse, lse))) if self._workspace_args else (lse,)
+
+    def _launch_jit(self, q, k, v, out, lse, workspaces=()) -> None:
         """Launch through the Gluon JIT, then keep its compiled kernel for direct launches."""
         views = [t.unsqueeze(1) if self.unsqueeze else t for t in (q, k, v, out)]
-        kernel, args, constexprs, options = self.arguments(*views, lse, self.config, self.causal)
+        split = dict(split=(self.split.tail, self.split.splits, *workspaces)) if self.split else {}
+        kernel, args, constexprs, options = self.arguments(*views, lse, self.config, self.causal, **split)
         with on_device(self.device):
             compiled = kernel[self.grid](*args, **constexprs, **options)
         if self.direct and self.compiled is None and getattr(compiled, "function", None) is not None:
@@ -233,7 +249,9 @@ class GluonLaunchPlan(PlanTensors):
     def _adopt(self, kernel, compiled, args, constexprs) -> None:
         """Keep what a direct launch of ``compiled`` needs (:func:`direct_parts`): its runner and the JIT's
         argument list but the tensors. A kernel whose parameters are not the ones described stays on the JIT."""
-        parts = direct_parts(kernel, compiled, args, constexprs, DESCRIPTOR_ARGS, ("LSE",), cache_maps=self.cache_maps,
+        self._workspace_args = "WS_O" in kernel.arg_names
+        pointers = ("LSE", "WS_O", "WS_L") if self._workspace_args else ("LSE",)
+        parts = direct_parts(kernel, compiled, args, constexprs, DESCRIPTOR_ARGS, pointers, cache_maps=self.cache_maps,
                              unsqueeze=self.unsqueeze)
         if parts is not None:
             run, self._head, self._templates, self._maps, self._scalars = parts

@@ -358,6 +358,15 @@ c=asdict(d(64, bool($c), 'ws')); c.pop('variant'); c['num_warps']=4; print(json.
            timeout 120 /usr/local/cuda/bin/ncu --csv --page raw --print-units base --clock-control none --profile-from-start off \
              --metrics "$M" python3 -m tuner.profile._launch "$REQ" > "$R/c${c}_$t.csv" 2> "$R/c${c}_$t.err"
            echo "ncu causal=$c $t rc=$? $(wc -l < "$R/c${c}_$t.csv") lines"; done; done;;
+    tail35) R=$W/tail35; mkdir -p "$R"   # issue 25: the last wave split over the keys (kernel/gluon_split.py), tests then speed
+         timeout ${TESTS_S:-300} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon.py tests/test_gluon_split.py \
+           tests/test_gluon_route.py tests/test_gluon_plan.py tests/test_gluon_plan_paths.py > "$R/tests.log" 2>&1
+         echo "gluon tests rc=$?"; grep -E "FAILED|passed|failed" "$R/tests.log" | tail -8; grep -E "^E " "$R/tests.log" | head -6
+         timeout ${BENCH_S:-200} python3 -m benchmarks.gluon --variant ws --head-dim 64 --causal no --shape 4,8,4096 \
+           --shape 33,4,4096 --shape 1,8,16384 --shape 4,8,3840 --shape 4,8,2048 --markdown "$R/waves.md" > "$R/waves.log" 2>&1
+         echo "waves rc=$?"; grep -E "^\| B" "$R/waves.md"
+         timeout ${BENCH_S:-200} python3 -m benchmarks.gluon --variant ws --wide --markdown "$R/table.md" > "$R/table.log" 2>&1
+         echo "gluon table rc=$?"; grep -E "^\| B" "$R/table.md";;
     *) echo "unknown stage $1";;
   esac
 }

@@ -32,6 +32,7 @@ from kernel.flash_fwd_gluon import (
     flash_attn_fwd_gluon,
     gluon_api_support,
     gluon_support,
+    smem_bytes,
 )
 
 API_REASON = gluon_api_support()
@@ -74,7 +75,15 @@ def _compile_cases() -> dict:
         cases[f"fallback{index}"] = (config, 128, index % 2 == 1, 300)
     cases["split"] = (SPLIT, 128, False, 1000)
     cases["three"] = (THREE, 64, True, 1000)
+    for name, (config, d) in TAIL_SPLITS.items():
+        cases[name] = (config, d, False, 1000, True)
     return cases
+
+
+# The binaries that split a persistent grid's last wave over the keys (kernel.gluon_split): the
+# D=64 default and an in-order two-consumer tile at D=128.
+TAIL_SPLITS = {"tail-d64": (default_gluon_config(64, False, "ws"), 64),
+               "tail-d128": (GluonConfig("ws", 128, 128, num_stages=2, overlap=False, pingpong=False), 128)}
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +92,8 @@ def compiled() -> dict:
     CPU tests run under TRITON_INTERPRET=1, which Gluon's compiler cannot work under), one
     process per core, side by side."""
     cases = _compile_cases()
-    payload = [dict(config=asdict(config), head_dim=d, causal=causal, n_q=n, n_k=n)
-               for config, d, causal, n in cases.values()]
+    payload = [dict(config=asdict(config), head_dim=d, causal=causal, n_q=n, n_k=n, split=bool(rest))
+               for config, d, causal, n, *rest in cases.values()]
     return dict(zip(cases, cross_compile_in_processes("kernel.gluon_compile", payload)))
 
 
@@ -107,6 +116,20 @@ def test_default_configs_compile_for_sm90_with_the_hopper_pieces(case, compiled)
     if resources:               # cuobjdump ships with Triton's NVIDIA backend
         assert resources["SHARED"] == STATIC_SMEM, "static shared memory changed: the launch limit is off"
         assert resources["STACK"] == 0, f"register spills: {resources}"
+    assert not report["ptxas_warnings"], f"ptxas: {report['ptxas_warnings']}"
+
+
+@needs_gluon_api
+@pytest.mark.parametrize("name", list(TAIL_SPLITS))
+def test_the_binaries_that_split_the_last_wave_compile_without_spills(name, compiled):
+    """The split's binary is a second one (SPLIT is a constexpr: the default binary stays as it
+    was); it must compile with no spill, its workspaces captured as the model says."""
+    report = _ok(compiled[name])
+    assert report["shared"] == report["model"], "the shared-memory model of a splitting binary is off"
+    assert report["shared"] == smem_bytes(GluonConfig(**report["config"]), report["head_dim"], split=True)
+    assert "TAIL" not in report["constants"] and "SPLITS" not in report["constants"]
+    if report["resources"]:
+        assert report["resources"]["STACK"] == 0, f"register spills: {report['resources']}"
     assert not report["ptxas_warnings"], f"ptxas: {report['ptxas_warnings']}"
 
 
@@ -303,6 +326,36 @@ def test_every_knob_setting_is_right(config, causal, smoke, fresh_inputs, nan_ou
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("config", [default_gluon_config(64, False, "ws"), TAIL_SPLITS["tail-d128"][0]],
+                         ids=["d64-default", "d128-in-order"])
+def test_the_last_wave_split_over_the_keys_is_right(config, smoke, fresh_inputs, nan_outputs,
+                                                    assert_matches_reference):
+    """A persistent launch whose last wave is short splits those tiles over the keys and merges
+    them (kernel.gluon_split): ragged N_q (a last tile of 40 rows), N_k of 7 key tiles in 4
+    parts, both layouts; the plan says it split."""
+    from kernel.flash_fwd_gluon import checked_plan
+    from kernel.launch import sm_count
+
+    _healthy(smoke, "ws")
+    d = 64 if config.block_m == 192 else 128
+    knobs = {name: getattr(config, name) for name in GluonConfig.__dataclass_fields__ if name != "variant"}
+    tiles_m = -(-1000 // config.block_m)
+    heads = 2 * sm_count(torch.device("cuda")) // tiles_m + 1       # two waves and a few tiles
+    for h in (heads, None):
+        q, k, v, seed = _inputs(fresh_inputs, 1 if h else heads, h, 1000, 777, d)
+        out, lse = nan_outputs(q)
+        plan = checked_plan(q, k, v, False, "ws", knobs, out, lse)
+        assert plan.split is not None and plan.split.splits >= 2, plan.split
+        flash_attn_fwd_gluon(q, k, v, False, variant="ws", **knobs, out=out, lse=lse)
+        assert_matches_reference(out, lse, q, k, v, False, seed, label=f"{config} split {plan.split} h={h}")
+        plan(q, k, v, out.fill_(float("nan")), lse.fill_(float("nan")))     # the first call: the JIT
+        plan(q, k, v, out.fill_(float("nan")), lse.fill_(float("nan")))     # then the direct launch
+        assert plan.mode in ("maps", "descriptors")
+        assert_matches_reference(out, lse, q, k, v, False, seed, label=f"{config} split, direct, h={h}")
+
+
+@pytest.mark.gpu
+@needs_hopper
 def test_no_keys_and_returned_outputs(smoke, fresh_inputs):
     _healthy(smoke, "ws")
     q, k, v, _ = _inputs(fresh_inputs, 1, 2, 70, 0, 64)
@@ -342,14 +395,17 @@ CONSAN_SCRIPT = textwrap.dedent("""
     # consumers, D=128's 128 over two in turns), 150 keys (a ragged last key tile, causal,
     # non-square): 140 tiles for the 132 programs of a persistent grid, so some programs reuse
     # their Q, output and key buffers for a second tile.
-    d = int(sys.argv[1])
-    q = torch.randn(1, 70, 200, d, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(1, 70, 150, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    # "split": non-causal at 140 heads, 280 tiles: two waves and 16 tiles, each split over the keys
+    # in 2 parts then merged (kernel.gluon_split).
+    d, split = int(sys.argv[1]), sys.argv[2:] == ["split"]
+    heads, causal = (140, False) if split else (70, True)
+    q = torch.randn(1, heads, 200, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(1, heads, 150, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     out = torch.full_like(q, float("nan"))
     lse = torch.full(q.shape[:-1], float("nan"), device="cuda")
-    flash_attn_fwd_gluon(q, k, v, True, variant="ws", persistent=1, out=out, lse=lse)
+    flash_attn_fwd_gluon(q, k, v, causal, variant="ws", persistent=1, out=out, lse=lse)
     torch.cuda.synchronize()
-    result = accuracy(out, lse, q, k, v, True)
+    result = accuracy(out, lse, q, k, v, causal)
     compiled = [kernel for cache in _fwd_ws_kernel.device_caches.values() for kernel in cache[0].values()]
     print(json.dumps(dict(ok=result.ok, reason=result.reason, kernels=len(compiled),
                           debug=[bool(kernel.metadata.debug) for kernel in compiled])))
@@ -360,15 +416,15 @@ CONSAN_RACE = ("outstanding writes", "outstanding reads", "device-side assert", 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_the_ws_kernel_has_no_races_under_consan(smoke, head_dim):
+@pytest.mark.parametrize("head_dim, mode", [(64, "causal"), (128, "causal"), (64, "split")])
+def test_the_ws_kernel_has_no_races_under_consan(smoke, head_dim, mode):
     """The ws kernel at each head dim's default tile under Triton's concurrency sanitizer, in a
     subprocess (the variable must be set before Triton loads): no race reported, the output
-    right, the binary instrumented."""
+    right, the binary instrumented; D=64's also in the binary that splits its last wave."""
     _healthy(smoke, "ws")
     env = dict(os.environ, TRITON_INSTRUMENTATION_MODE="consan")
-    result = subprocess.run([sys.executable, "-c", CONSAN_SCRIPT, str(head_dim)], env=env, capture_output=True,
-                            text=True, timeout=180, cwd=ROOT)
+    result = subprocess.run([sys.executable, "-c", CONSAN_SCRIPT, str(head_dim), mode], env=env,
+                            capture_output=True, text=True, timeout=180, cwd=ROOT)
     races = [line for line in (result.stdout + result.stderr).splitlines() if any(m in line for m in CONSAN_RACE)]
     assert not races, f"ConSan reports: {races[:5]}"
     assert result.returncode == 0, result.stderr[-4000:]
