@@ -32,7 +32,8 @@ MAX_SPLITS = 4
 # Launches of fewer whole waves keep their tiles whole: the split costs a merge launch and two
 # workspaces (host µs a call that short may not hide), and buys at most a wave of several.
 MIN_WAVES = 2
-LN2 = 0.6931471805599453
+LN2 = tl.constexpr(0.6931471805599453)   # a constexpr: the compiled kernel reads it (a plain float
+# passes the interpreter and fails the compiler)
 
 
 @dataclass(frozen=True)

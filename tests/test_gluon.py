@@ -83,7 +83,8 @@ def _compile_cases() -> dict:
 # The binaries that split a persistent grid's last wave over the keys (kernel.gluon_split): the
 # D=64 default and an in-order two-consumer tile at D=128.
 TAIL_SPLITS = {"tail-d64": (default_gluon_config(64, False, "ws"), 64),
-               "tail-d128": (GluonConfig("ws", 128, 128, num_stages=2, overlap=False, pingpong=False), 128)}
+               "tail-d128": (GluonConfig("ws", 128, 128, num_stages=2, overlap=False, pingpong=False, persistent=1),
+                             128)}
 
 
 @pytest.fixture(scope="module")
