@@ -51,6 +51,7 @@ CANDIDATES = {
     "ws-192": ("ws", dict(block_m=192, pingpong=False, consumer_regs=152)),
     "ws-192-in-order": ("ws", dict(block_m=192, pingpong=False, overlap=False, consumer_regs=152)),
     "ws-192-in-order-s3": ("ws", dict(block_m=192, pingpong=False, overlap=False, consumer_regs=152, num_stages=3)),
+    "ws-192-in-order-s2": ("ws", dict(block_m=192, pingpong=False, overlap=False, consumer_regs=152, num_stages=2)),
     "ws-192-in-order-p0": ("ws", dict(block_m=192, pingpong=False, overlap=False, consumer_regs=152, persistent=0)),
     "ws-192-in-order-n64": ("ws", dict(block_m=192, block_n=64, pingpong=False, overlap=False, consumer_regs=152)),
 }
