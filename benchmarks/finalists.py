@@ -22,12 +22,14 @@ AGREE_BAR = 0.01
 
 
 def retime_rounds(shape, keys: list[str], rounds: int, protocol: str = "adaptive", sets: list | None = None,
-                  sdpa: bool = True, settle_ms: float | None = None, rep_ms: float | None = None):
+                  sdpa: bool = True, settle_ms: float | None = None, rep_ms: float | None = None,
+                  power: tuple | None = None):
     """The configs ``keys`` (and SDPA's backends, if ``sdpa``) timed together on ``shape`` in this
     process for exactly ``rounds`` rotating rounds, the SM clock read with each measurement:
     ``"adaptive"``, each graph captured once and the clock settled once (:data:`kernel.retime.ADAPTIVE`
-    windows unless given), or ``"fixed"``, every measurement settled and timed as the finalists were
-    before (:data:`kernel.timing.RETIME`). Returns :class:`kernel.retime.Rounds`."""
+    windows unless given; ``power``: its power check, :data:`kernel.retime.POWER`), or ``"fixed"``,
+    every measurement settled and timed as the finalists were before (:data:`kernel.timing.RETIME`).
+    Returns :class:`kernel.retime.Rounds`."""
     from benchmarks.vs_sdpa import KERNEL, make_sets, set_calls
     from kernel.clock import sm_clock
     from kernel.retime import ADAPTIVE, Candidate, adaptive_rounds, fixed_rounds
@@ -48,7 +50,7 @@ def retime_rounds(shape, keys: list[str], rounds: int, protocol: str = "adaptive
     window = ADAPTIVE[1] if rep_ms is None else rep_ms
     candidates = {key: Candidate(c, pins.get(key), clock) for key, c in calls.items()}
     return adaptive_rounds(candidates, list(dict.fromkeys(keys)), list(SDPA_KEYS.values()),
-                           (settle, window, rounds, rounds))
+                           (settle, window, rounds, rounds), power)
 
 
 def agree(url: str, study_name: str, target: str, rounds: int, markdown: Path | None) -> int:

@@ -2,6 +2,7 @@
 
     python -m benchmarks.power --config 64x64_w4_s4 --config 128x64_w8_s3 --n 4096 --causal
     python -m benchmarks.power --config 128x64_w8_s3 --seconds 5 --rounds 2
+    python -m benchmarks.power --config 64x64_w4_s4 --config 128x64_w8_s3 --causal --trace --seconds 1
 
 Why: under its power cap (about 700 W on the H200) a GPU lowers its SM clock, and a config that
 spends more energy per cycle of work is clocked lower than another when each runs alone for long.
@@ -52,6 +53,35 @@ def sustained(graph, seconds: float, clock) -> tuple[float, float, float]:
             statistics.fmean(c for _, c in late if c is not None))        # a missed reading (None) left out
 
 
+TRACE_BINS_MS = (0, 10, 25, 50, 75, 100, 150, 200, 300, 500, 1000, 2000)
+
+
+def transient(graph, seconds: float, clock) -> list[tuple[int, float | None, float | None]]:
+    """How the SM clock and board power move after a switch to this config: (bin start ms, mean MHz,
+    mean W) over the bins of :data:`TRACE_BINS_MS` from the first replay on, NVML polled every 5 ms
+    (how long a config must run alone before its clock is the one it holds: issue 24)."""
+    samples, stop = [], threading.Event()
+    start = time.perf_counter()
+
+    def poll():
+        while not stop.is_set():
+            samples.append((1000 * (time.perf_counter() - start), clock.mhz(),
+                            clock.nvml.nvmlDeviceGetPowerUsage(clock.handle) / 1000))
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    graph.replay_for(seconds * 1000)
+    stop.set()
+    thread.join()
+    out = []
+    for low, high in zip(TRACE_BINS_MS, TRACE_BINS_MS[1:]):
+        inside = [(m, w) for t, m, w in samples if low <= t < high and m is not None]
+        if inside:
+            out.append((low, statistics.fmean(m for m, _ in inside), statistics.fmean(w for _, w in inside)))
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.power", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=config_arg, action="append", required=True,
@@ -63,6 +93,8 @@ def main(argv=None) -> int:
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--seconds", type=float, default=3.0, help="replays per measurement (default 3 s)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--trace", action="store_true",
+                        help="the clock and power after each switch of config, in bins of ms (not the sustained means)")
     args = parser.parse_args(argv)
     import torch
 
@@ -81,9 +113,16 @@ def main(argv=None) -> int:
               for c in args.config}
     print(environment_line(environment()))
     print(f"B{args.batch} H{args.heads} N{args.n} D{args.head_dim} bf16{' causal' if args.causal else ''}; "
-          f"ms per replay (two calls), mean board W and SM MHz over the last two thirds of {args.seconds:g} s")
+          + (f"mean SM MHz and board W in bins of ms from each switch of config on, {args.seconds:g} s each"
+             if args.trace else f"ms per replay (two calls), mean board W and SM MHz over the last two thirds of "
+             f"{args.seconds:g} s"))
     for index in range(args.rounds):
         for key in (list(graphs) if index % 2 == 0 else list(graphs)[::-1]):
+            if args.trace:
+                bins = transient(graphs[key], args.seconds, clock)
+                print(f"round {index + 1}  {key:16s} " + "  ".join(f"{t}ms:{m:.0f}MHz/{w:.0f}W" for t, m, w in bins),
+                      flush=True)
+                continue
             ms, watts, mhz = sustained(graphs[key], args.seconds, clock)
             print(f"round {index + 1}  {key:16s} ms {ms:.4f}  W {watts:.0f}  MHz {mhz:.0f}  kcycles {ms * mhz:.1f}",
                   flush=True)

@@ -183,11 +183,12 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
 # --------------------------------------------------------------------------- stability
 
 
-def stability_report(verdict, every: dict | None = None) -> list[str]:
+def stability_report(verdict, every: dict | None = None, alone: dict | None = None) -> list[str]:
     """Markdown lines for a :class:`tuner.finalists.ShapeVerdict`: each config's spread on the
     figure that decides and on every other figure its rounds allow (``every``:
-    :func:`kernel.retime.all_figures` of the same rounds), and whether the winner is ahead by more
-    than the noise."""
+    :func:`kernel.retime.all_figures` of the same rounds), the clock it held alone where the power
+    check ran it (``alone``: :attr:`kernel.retime.Rounds.alone`), and whether the winner is ahead by
+    more than the noise."""
     from kernel.retime import spread
 
     rounds = len(verdict.winner.times)
@@ -196,11 +197,12 @@ def stability_report(verdict, every: dict | None = None) -> list[str]:
         wins[min(verdict.ranked, key=lambda t: t.decided_by[r]).config] += 1
     others = [name for name in (every or {}) if name != verdict.figure]
     lines = [f"| rank | config | median ms | min | max | spread on {verdict.figure} (decides) | "
-             + "".join(f"spread on {name} | " for name in others) + "median MHz | rounds won |",
-             "|---|---|---|---|---|---|" + "---|" * len(others) + "---|---|"]
+             + "".join(f"spread on {name} | " for name in others) + "median MHz | MHz alone | rounds won |",
+             "|---|---|---|---|---|---|" + "---|" * len(others) + "---|---|---|"]
     largest = dict.fromkeys(others, 0.0)
     for rank, timing in enumerate(verdict.ranked, start=1):
         mhz = f"{timing.clock_mhz:.0f}" if timing.clock_mhz else "n/a"
+        mhz += f" | {alone[timing.config].mhz:.0f}" if timing.config in (alone or {}) else " | -"
         cells = ""
         for name in others:
             value = spread(every[name][timing.config])
@@ -223,7 +225,7 @@ def rounds_table(verdict, every: dict | None = None) -> list[str]:
     is, for one) or apart from it."""
     from kernel.retime import PAIRED, PAIRED_CYCLES
 
-    beside = PAIRED if verdict.figure == PAIRED_CYCLES else PAIRED_CYCLES
+    beside = PAIRED if verdict.figure == PAIRED_CYCLES else PAIRED_CYCLES     # sustained: beside its base
     other = (every or {}).get(beside, {})
     rounds = len(verdict.winner.times)
     lines = [f"Round by round: {verdict.figure} @ MHz" + (f" ({beside})" if other else ""), "",
@@ -251,7 +253,7 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
 
     from benchmarks.finalists import retime_rounds
     from benchmarks.vs_sdpa import make_sets
-    from kernel.retime import all_figures
+    from kernel.retime import POWER, all_figures
     from kernel.timing import environment, environment_line, warm_gpu
     from tuner.finalists import judge_rounds
     from tuner.outcome import SDPA_KEYS
@@ -274,9 +276,9 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
     env = environment()
     warm_gpu()
     rep_ms, settle_ms = protocol
-    rounds = retime_rounds(shape, keys, repeats, retime, sets, True, settle_ms, rep_ms)
+    rounds = retime_rounds(shape, keys, repeats, retime, sets, True, settle_ms, rep_ms, POWER)   # as the finalists
     verdict = judge_rounds(shape.label, rounds)
-    every = all_figures(rounds.samples, list(SDPA_KEYS.values()))
+    every = all_figures(rounds.samples, list(SDPA_KEYS.values()), rounds.alone)
     window = ("each graph captured once, the clock settled once, then short windows" if retime == "adaptive"
               else "each measurement 100 ms of replays to settle the clock, then 200 ms timed")
     header = [environment_line(env),
@@ -285,7 +287,7 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
               f"The top {len(keys)} configs of the store for {shape.label}, each timed {repeats} times in rounds "
               f"whose order rotates with SDPA's backends (GPU time by CUDA-graph replay, {len(sets)} input sets; "
               f"{window}; the SM clock read through NVML as each runs). Decided on: {verdict.figure}.", ""]
-    text = "\n".join(header + stability_report(verdict, every))
+    text = "\n".join(header + stability_report(verdict, every, rounds.alone))
     print(text)
     if markdown:
         markdown.write_text(text + "\n")

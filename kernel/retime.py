@@ -14,9 +14,14 @@ measurements, for 5 rounds whatever the timings say: 8 shapes x 6 configs x 5 ro
   state that is mostly the config's own (:meth:`Candidate.measure`);
 * after ``min_rounds`` the rounds stop (:func:`decided`) once the leader's gap to the runner-up
   is outside the noise, or once every candidate's noise is at most 0.5% (nvbench's stopping
-  noise), or at ``max_rounds``.
+  noise), or at ``max_rounds``;
+* then, where asked (:data:`POWER`), the configs close to the leader each run alone long enough
+  for the board's power cap to act, and their clock is read (:func:`power_check`).
 
-What a round's figure is (:func:`figures`, in the order of :data:`PREFERENCE`): the ratio to SDPA
+What a round's figure is (:func:`figures`, in the order of :data:`PREFERENCE`): where the power
+check ran, the figure below it at the clock each config holds alone (``sustained``: a config that
+spends more energy per cycle is clocked lower under the cap, and is slower in ms, though the
+windows' figures cancel the clock); else the ratio to SDPA
 replayed alternately in the same window, cycle by cycle (``paired_cycles``: the median over the
 window's cycles of each cycle's ratio, :func:`cycle_ratio`) where every config's measurement has
 it; else the same ratio window by window (``paired``: the window's median ms over SDPA's); else
@@ -37,10 +42,17 @@ from kernel.clock import cycles
 
 PAIRED, CYCLES, SDPA_RATIO, MS = "paired", "cycles", "sdpa_ratio", "ms"
 PAIRED_CYCLES = "paired_cycles"                   # the paired figure cycle by cycle (cycle_ratio)
-PREFERENCE = (PAIRED_CYCLES, PAIRED, CYCLES, SDPA_RATIO, MS)   # the first a re-timing has decides (figures)
+SUSTAINED = "sustained"                           # a clock-free figure at each config's clock alone (power_check)
+PREFERENCE = (SUSTAINED, PAIRED_CYCLES, PAIRED, CYCLES, SDPA_RATIO, MS)   # the first a re-timing has decides
+CLOCK_FREE = (PAIRED_CYCLES, PAIRED, CYCLES)      # the figures that cancel the clock (what sustained scales)
 QUIET = 0.005                 # every candidate's noise at or under 0.5%: more rounds would not tell more
 # (settle_ms once per shape, rep_ms per measurement, min_rounds, max_rounds)
 ADAPTIVE = (300.0, 50.0, 3, 10)
+# The power check (settle_ms and timed_ms alone per config, margin, most configs): those within
+# ``margin`` of the leader, at most ``most``. A config switched to alone moves its clock over
+# 75-150 ms on the H200, then holds it within about 1% (python -m benchmarks.power --trace;
+# issue 24): two such configs at B4 H8 N4096 causal held 1890-1905 and 1965-1980 MHz.
+POWER = (120.0, 120.0, 0.04, 3)
 
 
 @dataclass(frozen=True)
@@ -72,12 +84,16 @@ def spread(values: Sequence[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
-def all_figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str] = ()) -> dict[str, dict[str, list]]:
+def all_figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str] = (),
+                alone: Mapping[str, Sample] | None = None) -> dict[str, dict[str, list]]:
     """Every figure these samples allow, in the order of :data:`PREFERENCE`: figure -> name -> its
-    figure per round. ``paired_cycles`` and ``paired`` (over the names not in ``reference``) where
-    each of their measurements alternated with SDPA's (the first where each kept its cycles'
-    ratio, :attr:`Sample.ratio`); ``cycles`` where every measurement read the clock;
-    ``sdpa_ratio``: each round's ms over the first of ``reference`` that has every round; ``ms``."""
+    figure per round. ``sustained`` where ``alone`` (:func:`power_check`) holds two clocks or more:
+    the first of :data:`CLOCK_FREE` times the median of those clocks over the config's own (a config
+    not checked keeps its figure, as if at that median clock). ``paired_cycles`` and ``paired``
+    (over the names not in ``reference``) where each of their measurements alternated with SDPA's
+    (the first where each kept its cycles' ratio, :attr:`Sample.ratio`); ``cycles`` where every
+    measurement read the clock; ``sdpa_ratio``: each round's ms over the first of ``reference``
+    that has every round; ``ms``."""
     out: dict[str, dict[str, list]] = {}
     configs = {name: runs for name, runs in samples.items() if name not in reference}
     if configs and all(s.ref_ms and s.ratio is not None for runs in configs.values() for s in runs):
@@ -91,16 +107,23 @@ def all_figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str
     if base is not None and rounds:
         out[SDPA_RATIO] = {name: [s.ms / b.ms for s, b in zip(runs, base)] for name, runs in samples.items()}
     out[MS] = {name: [s.ms for s in runs] for name, runs in samples.items()}
+    base = next((out[name] for name in CLOCK_FREE if name in out), None)
+    clocks = {name: s.mhz for name, s in (alone or {}).items() if s.mhz}
+    if base is not None and len(clocks) >= 2:
+        middle = statistics.median(clocks.values())
+        out = {SUSTAINED: {name: [v * middle / clocks[name] for v in values] if name in clocks else list(values)
+                           for name, values in base.items()}, **out}
     return out
 
 
-def figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str] = ()) -> tuple[str, dict[str, list]]:
+def figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str] = (),
+            alone: Mapping[str, Sample] | None = None) -> tuple[str, dict[str, list]]:
     """(which figure, name -> its figure per round) that the candidates are compared on: the first
     of :func:`all_figures`. The paired ratios: a config's replays and SDPA's alternate within one
     window, so a clock, a temperature or a power draw that moves over seconds moves both. Cycles:
     a config faster in ms only because the clock was higher during its rounds is not faster. The
     ratio to SDPA of the same round: a clock that moves between rounds moves both. Else ms."""
-    return next(iter(all_figures(samples, reference).items()))
+    return next(iter(all_figures(samples, reference, alone).items()))
 
 
 def decided(per_round: Mapping[str, Sequence[float]], contenders: Sequence[str]) -> str | None:
@@ -121,10 +144,12 @@ def decided(per_round: Mapping[str, Sequence[float]], contenders: Sequence[str])
 
 @dataclass
 class Rounds:
-    """What an adaptive re-timing measured, and why it stopped (``"cap"``: at ``max_rounds``)."""
+    """What an adaptive re-timing measured, and why it stopped (``"cap"``: at ``max_rounds``);
+    ``alone``: the configs the power check ran alone, each one's :class:`Sample` there."""
 
     samples: dict[str, list[Sample]] = field(default_factory=dict)
     stopped: str = "cap"
+    alone: dict[str, Sample] = field(default_factory=dict)
 
     @property
     def rounds(self) -> int:
@@ -139,14 +164,15 @@ def rotate(names: Sequence[str], round_index: int) -> list[str]:
 
 
 def adaptive_rounds(candidates: Mapping[str, object], contenders: Sequence[str], reference: Sequence[str] = (),
-                    protocol: tuple[float, float, int, int] = ADAPTIVE) -> Rounds:
+                    protocol: tuple[float, float, int, int] = ADAPTIVE, power: tuple | None = None) -> Rounds:
     """Time ``candidates`` (name -> a :class:`Candidate`, or anything with ``settle(ms)`` and
     ``measure(rep_ms) -> Sample``) in rotating rounds until :func:`decided` says the
     ``contenders`` (the configs; ``reference``: SDPA's backends) are judged, or ``max_rounds``.
 
     The clock is settled once, before the first round: ``settle_ms`` shared among the candidates.
     Each contender's measurement alternates with the first reference that can pair (a captured
-    graph: :attr:`Candidate.pairs`); the references are measured alone too."""
+    graph: :attr:`Candidate.pairs`); the references are measured alone too. ``power``: the power
+    check's setting (:data:`POWER`) to end with, None: none."""
     settle_ms, rep_ms, min_rounds, max_rounds = protocol
     names = list(candidates)
     partner = next((candidates[r] for r in reference if r in candidates and getattr(candidates[r], "pairs", False)),
@@ -164,7 +190,30 @@ def adaptive_rounds(candidates: Mapping[str, object], contenders: Sequence[str],
             if stopped:
                 result.stopped = stopped
                 break
+    if power is not None:
+        result.alone = power_check(candidates, figures(result.samples, reference)[1],
+                                   [c for c in contenders if c in names], power)
     return result
+
+
+def power_check(candidates: Mapping[str, object], per_round: Mapping[str, Sequence[float]],
+                contenders: Sequence[str], setting: tuple = POWER) -> dict[str, Sample]:
+    """The contenders within ``margin`` of the leader (by median of ``per_round``; at most ``most``,
+    best first), each replayed alone for ``settle_ms`` and then ``timed_ms`` with its clock read
+    (:meth:`Candidate.alone`): name -> that :class:`Sample`. Empty where fewer than two are close,
+    or fewer than two read a clock (nothing to tell apart)."""
+    settle_ms, timed_ms, margin, most = setting
+    scores = {name: statistics.median(per_round[name]) for name in contenders if per_round.get(name)}
+    ranked = sorted(scores, key=lambda name: (scores[name], name))
+    close = [name for name in ranked if scores[name] <= scores[ranked[0]] * (1 + margin)][:most] if ranked else []
+    if len(close) < 2:
+        return {}
+    alone = {}
+    for name in close:
+        sample = getattr(candidates[name], "alone", lambda *_: None)(settle_ms, timed_ms)
+        if sample is not None and sample.mhz:
+            alone[name] = sample
+    return alone if len(alone) >= 2 else {}
 
 
 def fixed_rounds(candidates: Mapping[str, object], rounds: int, pins: Mapping | None = None, clock=None,
@@ -205,6 +254,15 @@ class Candidate:
     def settle(self, ms: float) -> None:
         if self.graph is not None:
             self.graph.replay_for(ms)
+
+    def alone(self, settle_ms: float, timed_ms: float) -> Sample | None:
+        """Replayed alone for ``settle_ms`` (the power cap acts), then ``timed_ms`` timed with the
+        clock read; None where it was not captured."""
+        if self.graph is None:
+            return None
+        self.graph.replay_for(settle_ms)
+        per_call, mhz = self.graph.timed(timed_ms, self.clock)
+        return Sample(statistics.median(per_call), mhz)
 
     @property
     def pairs(self) -> bool:

@@ -279,13 +279,15 @@ def test_small_sweep_on_the_gpu(tmp_path, capsys, query):
                      "join fa2_baselines b on b.shape = f.shape and b.phase = 'start'")
     assert sdpa and all(0.7 < c < 1.5 and 0.7 < f < 1.5 for c, f in sdpa)
     # the clock beside every time where NVML is there; the finalists decided on the ratio to SDPA
-    # replayed alternately with each config, cycle by cycle (captured graphs on both sides), with or without NVML
+    # replayed alternately with each config, cycle by cycle (captured graphs on both sides), with or without NVML,
+    # at the clock each holds alone where the power check ran (configs within 4% of the leader, with NVML)
     from kernel.clock import sm_clock
 
     clocked = query(db, "select count(*) from fa2_results where status = 'timed' and clock_mhz > 500 and "
                         "abs(cycles - ms * clock_mhz * 1000) < 1e-6 * cycles")
     decided = {f for (f,) in query(db, "select distinct figure from fa2_finalists")}
-    assert clocked == ([(len(timed),)] if sm_clock() is not None else [(0,)]) and decided == {"paired_cycles"}
+    assert clocked == ([(len(timed),)] if sm_clock() is not None else [(0,)])
+    assert decided and decided <= ({"paired_cycles", "sustained"} if sm_clock() is not None else {"paired_cycles"})
     assert (tmp_path / "out" / "configs" / "gpu-smoke_sm_90_configs.py").exists()
 
 

@@ -25,7 +25,9 @@ from kernel.retime import (
     MS,
     PAIRED,
     PAIRED_CYCLES,
+    POWER,
     SDPA_RATIO,
+    SUSTAINED,
     Rounds,
     figures as round_figures,
     spread,
@@ -44,12 +46,13 @@ FIXED_ROUNDS = 5
 
 def protocol(retime: str = "adaptive", rounds: int | None = None) -> tuple:
     """The re-timing a worker is asked for (:meth:`tuner.runner.WorkerBench.retime`): adaptive with
-    ``rounds`` as its most (:data:`kernel.retime.ADAPTIVE`), or fixed with ``rounds`` (default 5)."""
+    ``rounds`` as its most (:data:`kernel.retime.ADAPTIVE`), ending with the power check
+    (:data:`kernel.retime.POWER`), or fixed with ``rounds`` (default 5)."""
     if retime == "fixed":
         return "fixed", rounds or FIXED_ROUNDS
     settle_ms, rep_ms, least, most = ADAPTIVE
     most = rounds or most
-    return "adaptive", (settle_ms, rep_ms, min(least, most), most)
+    return "adaptive", (settle_ms, rep_ms, min(least, most), most, POWER)
 
 
 def select_finalists(rows: list[Result], top: int = 5) -> dict[str, list[str]]:
@@ -162,7 +165,9 @@ class ShapeVerdict:
         return text + ("" if self.separated else " (within the noise: both are kept)")
 
 
-FIGURE_WORDS = {PAIRED_CYCLES: "the ratio to SDPA replayed alternately with it, cycle by cycle",
+FIGURE_WORDS = {SUSTAINED: "the ratio to SDPA replayed alternately with it, cycle by cycle, at the clock each "
+                "holds alone under the power cap",
+                PAIRED_CYCLES: "the ratio to SDPA replayed alternately with it, cycle by cycle",
                 PAIRED: "the ratio to SDPA replayed alternately with it", CYCLES: "cycles",
                 SDPA_RATIO: "the ratio to SDPA in the same round", MS: "ms"}
 
@@ -181,10 +186,11 @@ def judge(shape: str, times: dict[str, list[float]], sdpa: dict[str, float | Non
 
 def judge_rounds(shape: str, rounds: Rounds) -> ShapeVerdict:
     """The verdict of a re-timing (:class:`kernel.retime.Rounds`, SDPA's backends under
-    :data:`SDPA_KEYS`): decided on :func:`kernel.retime.figures` (the paired ratio to SDPA, cycles,
+    :data:`SDPA_KEYS`): decided on :func:`kernel.retime.figures` (at the clock each holds alone where the
+    power check ran: the paired ratio to SDPA, cycles,
     the ratio to SDPA of the same round, or ms, the first that every measurement allows)."""
     reference = [SDPA_KEYS["flash"], SDPA_KEYS["cudnn"]]
-    figure, per_round = round_figures(rounds.samples, reference)
+    figure, per_round = round_figures(rounds.samples, reference, rounds.alone)
     sdpa = {backend: statistics.median(s.ms for s in rounds.samples[key])
             for backend, key in SDPA_KEYS.items() if rounds.samples.get(key)}
     configs = {key: s for key, s in rounds.samples.items() if key not in SDPA_KEYS.values()}

@@ -18,8 +18,9 @@ __all__ = ["retime"]
 def retime(bench, request: tuple[dict[str, list], tuple]) -> dict[str, Rounds]:
     """label -> :class:`kernel.retime.Rounds` (ms and SM clock per config key) for ``bench``'s
     shapes. ``request``: (label -> configs, protocol), the protocol ``("adaptive", (settle_ms,
-    rep_ms, min, max))`` (:func:`kernel.retime.adaptive_rounds`) or ``("fixed", rounds)`` (as
-    :data:`kernel.timing.RETIME`); SDPA's keys are :data:`tuner.outcome.SDPA_KEYS`."""
+    rep_ms, min, max[, power]))`` (:func:`kernel.retime.adaptive_rounds`, ``power`` its power
+    check) or ``("fixed", rounds)`` (as :data:`kernel.timing.RETIME`); SDPA's keys are
+    :data:`tuner.outcome.SDPA_KEYS`."""
     finalists, (protocol, setting) = request
     by_label = {problem.label: problem for problem in bench.shapes}
     times: dict[str, Rounds] = {}
@@ -34,11 +35,11 @@ def retime(bench, request: tuple[dict[str, list], tuple]) -> dict[str, Rounds]:
         if bench.device == "cpu":       # the interpreter: one call's wall time, no clock, no SDPA
             walls = {key: (lambda c=c: bench._wall_ms(c)) for key, c in calls.items()}
             times[label] = (fixed_rounds(walls, setting) if protocol == "fixed" else adaptive_rounds(
-                {key: WallCandidate(wall) for key, wall in walls.items()}, list(calls), (), tuple(setting)))
+                {key: WallCandidate(wall) for key, wall in walls.items()}, list(calls), (), tuple(setting[:4])))
         elif protocol == "fixed":
             times[label] = fixed_rounds(calls, setting, pins, sm_clock(), bench.warmup_ms)
         else:
             captured = {key: Candidate(c, pins.get(key), sm_clock()) for key, c in calls.items()}
-            times[label] = adaptive_rounds(captured, [config.key for config in configs],
-                                           list(SDPA_KEYS.values()), tuple(setting))
+            times[label] = adaptive_rounds(captured, [config.key for config in configs], list(SDPA_KEYS.values()),
+                                           tuple(setting[:4]), setting[4] if len(setting) > 4 else None)
     return times
