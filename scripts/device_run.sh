@@ -360,13 +360,25 @@ c=asdict(d(64, bool($c), 'ws')); c.pop('variant'); c['num_warps']=4; print(json.
            echo "ncu causal=$c $t rc=$? $(wc -l < "$R/c${c}_$t.csv") lines"; done; done;;
     tail35) R=$W/tail35; mkdir -p "$R"   # issue 25: the last wave split over the keys (kernel/gluon_split.py), tests then speed
          timeout ${TESTS_S:-300} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon.py tests/test_gluon_split.py \
-           tests/test_gluon_route.py tests/test_gluon_plan.py tests/test_gluon_plan_paths.py > "$R/tests.log" 2>&1
+           tests/test_gluon_route.py tests/test_gluon_plan.py tests/test_gluon_plan_paths.py ${TESTS_K:+-k "$TESTS_K"} > "$R/tests.log" 2>&1
          echo "gluon tests rc=$?"; grep -E "FAILED|passed|failed" "$R/tests.log" | tail -8; grep -E "^E " "$R/tests.log" | head -6
          timeout ${BENCH_S:-200} python3 -m benchmarks.gluon --variant ws --head-dim 64 --causal no --shape 4,8,4096 \
            --shape 33,4,4096 --shape 1,8,16384 --shape 4,8,3840 --shape 4,8,2048 --markdown "$R/waves.md" > "$R/waves.log" 2>&1
          echo "waves rc=$?"; grep -E "^\| B" "$R/waves.md"
          timeout ${BENCH_S:-200} python3 -m benchmarks.gluon --variant ws --wide --markdown "$R/table.md" > "$R/table.log" 2>&1
          echo "gluon table rc=$?"; grep -E "^\| B" "$R/table.md";;
+    final36) R=$W/final36; mkdir -p "$R"   # issue 25: the D=64 default's 3 stages (and the split): tests, s2 against s3, table, grid
+         timeout ${TESTS_S:-240} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon.py tests/test_gluon_route.py \
+           > "$R/tests.log" 2>&1; echo "gluon tests rc=$?"; grep -E "FAILED|passed|failed" "$R/tests.log" | tail -8
+         grep -E "^E " "$R/tests.log" | head -6
+         timeout 150 python3 -m benchmarks.gluon --variant ws --variant ws-192-in-order-s2 --head-dim 64 --causal no \
+           --shape 4,8,4096 --shape 1,8,16384 --shape 33,4,4096 --shape 4,8,2048 --markdown "$R/stages.md" > "$R/stages.log" 2>&1
+         echo "stages rc=$?"; grep -E "^\| B" "$R/stages.md"
+         timeout 200 python3 -m benchmarks.gluon --variant ws --wide --markdown "$R/table.md" > "$R/table.log" 2>&1
+         echo "gluon table rc=$?"; grep -E "^\| B" "$R/table.md";;
+    power36) R=$W/power36; mkdir -p "$R"   # issue 24: how long a config must run alone before its clock is the one it holds
+         for c in "--causal" ""; do timeout 60 python3 -m benchmarks.power --config 64x64_w4_s4 --config 128x64_w8_s3 \
+           $c --trace --seconds 1 --rounds 4 > "$R/trace$c.log" 2>&1; echo "power trace $c rc=$?"; cat "$R/trace$c.log"; done;;
     *) echo "unknown stage $1";;
   esac
 }
