@@ -114,3 +114,11 @@ def test_the_power_trace_bins_the_clock_after_a_switch():
     bins = power.transient(graph, 0.35, gpu)
     assert [b[0] for b in bins] == [0, 10, 25, 50, 75, 100, 150, 200, 300]
     assert bins[0][1] == 1980.0 and bins[-1][1] == 1890.0 and bins[-1][2] == pytest.approx(650.0)
+
+
+def test_every_deciding_figure_s_name_fits_the_store_s_column():
+    from kernel.retime import PREFERENCE
+    from tuner.store import Finalist
+
+    width = Finalist.__table__.c.figure.type.length
+    assert all(len(name) <= width for name in PREFERENCE), (width, PREFERENCE)
