@@ -376,6 +376,19 @@ c=asdict(d(64, bool($c), 'ws')); c.pop('variant'); c['num_warps']=4; print(json.
          echo "stages rc=$?"; grep -E "^\| B" "$R/stages.md"
          timeout 200 python3 -m benchmarks.gluon --variant ws --wide --markdown "$R/table.md" > "$R/table.log" 2>&1
          echo "gluon table rc=$?"; grep -E "^\| B" "$R/table.md";;
+    next37) R=$W/next37; mkdir -p "$R"   # what 2026-12-02 left: GPU tests not reached at the new D=64 default; the close pair
+         timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon.py -k consan > "$R/consan.log" 2>&1
+         echo "consan rc=$?"; grep -E "FAILED|passed|failed" "$R/consan.log" | tail -4
+         timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gluon_route.py > "$R/route.log" 2>&1
+         echo "route rc=$?"; grep -E "FAILED|passed|failed" "$R/route.log" | tail -4
+         timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_clock.py tests/test_sweep.py tests/test_spawn.py \
+           tests/test_power_check.py > "$R/retime.log" 2>&1; echo "retime rc=$?"; grep -E "FAILED|passed|failed" "$R/retime.log" | tail -4
+         for i in 1 2; do TRITON_CACHE_DIR=$R/triton timeout 150 python3 -m tuner.sweep --study scripts/power_pair.toml --gpu sm_89 \
+             --sampler grid --no-outputs --storage "sqlite:///$R/pair$i.db" > "$R/pair$i.log" 2>&1; echo "pair sweep $i rc=$?"
+           grep -E "winner" "$R/pair$i.log"
+           TRITON_CACHE_DIR=$R/triton timeout 150 python3 -m benchmarks.finalists agree --storage "sqlite:///$R/pair$i.db" \
+             --study scripts/power_pair.toml --gpu sm_89 --markdown "$R/pair_agree$i.md" > "$R/pair_agree$i.log" 2>&1
+           echo "pair agree $i rc=$?"; tail -5 "$R/pair_agree$i.log"; done;;
     power36) R=$W/power36; mkdir -p "$R"   # issue 24: how long a config must run alone before its clock is the one it holds
          for c in "--causal" ""; do timeout 60 python3 -m benchmarks.power --config 64x64_w4_s4 --config 128x64_w8_s3 \
            $c --trace --seconds 1 --rounds 4 > "$R/trace$c.log" 2>&1; echo "power trace $c rc=$?"; cat "$R/trace$c.log"; done;;

@@ -122,3 +122,14 @@ def test_every_deciding_figure_s_name_fits_the_store_s_column():
 
     width = Finalist.__table__.c.figure.type.length
     assert all(len(name) <= width for name in PREFERENCE), (width, PREFERENCE)
+
+
+def test_the_device_script_s_close_pair_study_holds_issue_24_s_pair_plain():
+    from pathlib import Path
+
+    from tuner.study import load
+
+    study = load(str(Path(__file__).resolve().parents[1] / "scripts" / "power_pair.toml"))
+    keys = {config.key for config in study.configs()}
+    assert {"64x64_w4_s4", "128x64_w8_s3"} <= keys and study.kernel_name == "triton"
+    assert {shape.causal for shape in study.shapes} == {False, True}
