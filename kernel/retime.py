@@ -53,6 +53,9 @@ ADAPTIVE = (300.0, 50.0, 3, 10)
 # 75-150 ms on the H200, then holds it within about 1% (python -m benchmarks.power --trace;
 # issue 24): two such configs at B4 H8 N4096 causal held 1890-1905 and 1965-1980 MHz.
 POWER = (120.0, 120.0, 0.04, 3)
+# How far a config's clock alone, read once, may be from the clock it holds: about 1% after the
+# switch settles (the same trace). A winner on ``sustained`` ahead by less keeps the runner-up too.
+ALONE_NOISE = 0.01
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,15 @@ def test_the_device_script_s_close_pair_study_holds_issue_24_s_pair_plain():
     keys = {config.key for config in study.configs()}
     assert {"64x64_w4_s4", "128x64_w8_s3"} <= keys and study.kernel_name == "triton"
     assert {shape.causal for shape in study.shapes} == {False, True}
+
+
+def test_a_winner_on_the_sustained_figure_by_less_than_one_clock_reading_s_noise_keeps_the_runner_up():
+    from kernel.retime import ALONE_NOISE
+
+    # 1% fewer cycles, clocked 0.5% lower alone: 0.5% ahead on sustained, under ALONE_NOISE
+    rounds = _rounds({"a": Captured(1000.0, 1970.0), "b": Captured(1010.0, 1980.0)})
+    verdict = judge_rounds("s", rounds)
+    assert verdict.figure == SUSTAINED and verdict.winner.config == "a" and verdict.gap < ALONE_NOISE
+    assert verdict.noise == pytest.approx(ALONE_NOISE) and verdict.kept == ["a", "b"]
+    # the pair of issue 24, 2.6% apart on sustained: separated
+    assert judge_rounds("s", _rounds({"a": Captured(1000.0, 1890.0), "b": Captured(1020.0, 1980.0)})).kept == ["b"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from kernel.clock import cycles
 from kernel.retime import (
     ADAPTIVE,
+    ALONE_NOISE,
     CYCLES,
     MS,
     PAIRED,
@@ -141,8 +142,10 @@ class ShapeVerdict:
 
     @property
     def noise(self) -> float:
-        """The larger spread of the two that are compared, on the deciding figure."""
-        return max(t.spread for t in self.ranked[:2])
+        """The larger spread of the two that are compared, on the deciding figure; on ``sustained``
+        plus :data:`kernel.retime.ALONE_NOISE` (each one's clock alone was read once, and its
+        rounds' spread does not hold that reading's own noise)."""
+        return max(t.spread for t in self.ranked[:2]) + (ALONE_NOISE if self.figure == SUSTAINED else 0.0)
 
     @property
     def separated(self) -> bool:
