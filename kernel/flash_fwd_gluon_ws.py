@@ -24,22 +24,18 @@ from __future__ import annotations
 from kernel.gluon_attention import (
     UNSPECIALISED,
     attend_overlapped,
-    attend_range,
     attend_simple,
     fence_async_shared,
     finish_rows,
     gl,
     jit,
-    key_range,
     key_tiles,
     load_k,
     load_v,
     mbarrier,
-    store_part,
     tma,
-    work_item,
-    work_items,
 )
+from kernel.gluon_work import attend_range, key_range, store_part, work_item, work_items
 
 # TAIL and SPLITS are counts of the launch's work (a 1 would otherwise compile a second binary).
 WS_UNSPECIALISED = UNSPECIALISED + ("TAIL", "SPLITS")

@@ -10,7 +10,7 @@ to P items of 1/S of a tile: 44 tiles x 3 at B4 H8 N4096, 792 items in 6 waves o
 last is a third as long.
 
 Each part of a split tile leaves its rows' out (O / l, fp32) and log2-sum-exp in a workspace
-(``kernel.gluon_attention.store_part``); :func:`merge_parts` then weighs the S parts of each
+(``kernel.gluon_work.store_part``); :func:`merge_parts` then weighs the S parts of each
 row by exp2(lse_s - max) into out and lse. Only non-causal, in-order (``overlap=False``),
 persistent ws configs split (the overlapped schedule's first tile is special-cased, and causal
 tiles are already ordered heaviest first).
@@ -85,9 +85,8 @@ def _merge_kernel(WS_O, WS_L, OUT, LSE, TAIL, SPLITS, tiles_m, H, N_Q, so_b, so_
     cols = tl.arange(0, D)
     m = tl.full([ROWS], float("-inf"), tl.float32)
     for s in tl.static_range(MAX_S):
-        part_l = tl.load(WS_L + (r * SPLITS + s) * BLOCK_M + rows, mask=(rows < BLOCK_M) & (s < SPLITS),
-                         other=float("-inf"))
-        m = tl.maximum(m, part_l)
+        if s < SPLITS:         # a branch, not a load mask: Triton 3.9's interpreter refuses a scalar mask
+            m = tl.maximum(m, tl.load(WS_L + (r * SPLITS + s) * BLOCK_M + rows))
     total = tl.zeros([ROWS], tl.float32)
     acc = tl.zeros([ROWS, D], tl.float32)
     for s in tl.static_range(MAX_S):

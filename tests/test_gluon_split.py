@@ -101,7 +101,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from kernel.gluon_split import MAX_SPLITS, MERGE_ROWS, _merge_kernel
 from kernel.gluon_compile import resource_usage
-from tuner.kernels._triton import specialise
+from tuner.kernels import specialise
 
 block_m, head_dim = int(sys.argv[1]), int(sys.argv[2])
 arguments = [("WS_O", "*fp32"), ("WS_L", "*fp32"), ("OUT", "*bf16"), ("LSE", "*fp32"), ("TAIL", 660),
