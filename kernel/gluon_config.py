@@ -71,6 +71,12 @@ class GluonConfig:
         total = 4 * self.producer_regs + 4 * self.consumer_regs * self.consumers
         return total // (4 * (1 + self.consumers)) // 8 * 8
 
+    @property
+    def may_split(self) -> bool:
+        """Whether its non-causal launches may split the last wave over the keys (kernel.gluon_split):
+        ws, in order, persistent. Such a config also has the larger splitting binary."""
+        return self.variant == "ws" and not self.overlap and self.persistent > 0
+
     def problems(self, head_dim: int) -> list[str]:
         """Why this config cannot run at ``head_dim`` (empty: it can)."""
         found = []
@@ -98,7 +104,7 @@ class GluonConfig:
         if head_dim not in HEAD_DIMS:
             found.append(f"head dim {head_dim} is not supported; use one of {HEAD_DIMS}")
         # the larger binary where a launch may split its last wave (kernel.gluon_split)
-        smem = smem_bytes(self, head_dim, split=self.variant == "ws" and not self.overlap and self.persistent > 0)
+        smem = smem_bytes(self, head_dim, split=self.may_split)
         if not found and smem + STATIC_SMEM > SMEM_LIMIT:
             found.append(f"shared memory: {smem} B + {STATIC_SMEM} B static > {SMEM_LIMIT} B on sm_90")
         return found

@@ -61,7 +61,7 @@ def tail_split(config: GluonConfig, causal: bool, batch_heads: int, n_q: int, n_
                programs: int) -> TailSplit | None:
     """The split of a launch of ``programs`` programs, or None (nothing to split, or a config
     the split does not apply to: module docstring)."""
-    if config.variant != "ws" or causal or config.overlap or not config.persistent:
+    if causal or not config.may_split:
         return None
     tiles_m = triton.cdiv(n_q, config.block_m)
     tiles = tiles_m * batch_heads
