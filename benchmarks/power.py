@@ -33,33 +33,10 @@ def config_arg(text: str) -> FwdConfig:
         raise argparse.ArgumentTypeError(f"--config {text!r}: {exc}") from None
 
 
-def sustained(graph, seconds: float, clock) -> tuple[float, float, float]:
-    """(median ms per replay, mean W, mean SM MHz) over ``seconds`` of replays, NVML polled beside
-    them through ``clock`` (:func:`kernel.clock.sm_clock`: this process's GPU, by its UUID)."""
-    samples, stop = [], threading.Event()
-
-    def poll():
-        while not stop.is_set():
-            samples.append((clock.nvml.nvmlDeviceGetPowerUsage(clock.handle) / 1000, clock.mhz()))
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=poll)
-    thread.start()
-    per_replay, _ = graph.timed(seconds * 1000)
-    stop.set()
-    thread.join()
-    late = samples[len(samples) // 3:] or samples
-    return (statistics.median(per_replay), statistics.fmean(w for w, _ in late),
-            statistics.fmean(c for _, c in late if c is not None))        # a missed reading (None) left out
-
-
-TRACE_BINS_MS = (0, 10, 25, 50, 75, 100, 150, 200, 300, 500, 1000, 2000)
-
-
-def transient(graph, seconds: float, clock) -> list[tuple[int, float | None, float | None]]:
-    """How the SM clock and board power move after a switch to this config: (bin start ms, mean MHz,
-    mean W) over the bins of :data:`TRACE_BINS_MS` from the first replay on, NVML polled every 5 ms
-    (how long a config must run alone before its clock is the one it holds: issue 24)."""
+def polled(run, clock, interval_s: float) -> list[tuple[float, float | None, float]]:
+    """Run ``run()`` while a thread reads NVML through ``clock`` (:func:`kernel.clock.sm_clock`: this
+    process's GPU, by its UUID) every ``interval_s``: (ms since the start, SM MHz or None where the
+    reading missed, board W) per reading."""
     samples, stop = [], threading.Event()
     start = time.perf_counter()
 
@@ -67,13 +44,36 @@ def transient(graph, seconds: float, clock) -> list[tuple[int, float | None, flo
         while not stop.is_set():
             samples.append((1000 * (time.perf_counter() - start), clock.mhz(),
                             clock.nvml.nvmlDeviceGetPowerUsage(clock.handle) / 1000))
-            time.sleep(0.005)
+            time.sleep(interval_s)
 
     thread = threading.Thread(target=poll)
     thread.start()
-    graph.replay_for(seconds * 1000)
-    stop.set()
-    thread.join()
+    try:
+        run()
+    finally:
+        stop.set()
+        thread.join()
+    return samples
+
+
+def sustained(graph, seconds: float, clock) -> tuple[float, float, float]:
+    """(median ms per replay, mean W, mean SM MHz) over ``seconds`` of replays, NVML read every 50 ms
+    (:func:`polled`); the first third of the readings (the clock settling) is left out."""
+    timed = []
+    samples = polled(lambda: timed.append(graph.timed(seconds * 1000)[0]), clock, 0.05)
+    late = samples[len(samples) // 3:] or samples
+    return (statistics.median(timed[0]), statistics.fmean(w for _, _, w in late),
+            statistics.fmean(m for _, m, _ in late if m is not None))        # a missed reading (None) left out
+
+
+TRACE_BINS_MS = (0, 10, 25, 50, 75, 100, 150, 200, 300, 500, 1000, 2000)
+
+
+def transient(graph, seconds: float, clock) -> list[tuple[int, float | None, float | None]]:
+    """How the SM clock and board power move after a switch to this config: (bin start ms, mean MHz,
+    mean W) over the bins of :data:`TRACE_BINS_MS` from the first replay on, NVML read every 5 ms
+    (:func:`polled`; how long a config must run alone before its clock is the one it holds: issue 24)."""
+    samples = polled(lambda: graph.replay_for(seconds * 1000), clock, 0.005)
     out = []
     for low, high in zip(TRACE_BINS_MS, TRACE_BINS_MS[1:]):
         inside = [(m, w) for t, m, w in samples if low <= t < high and m is not None]

@@ -112,8 +112,8 @@ class FinalistTiming:
 
 @dataclass(frozen=True)
 class ShapeVerdict:
-    """A shape's finalists ranked by the median of the deciding figure (``figure``: paired_cycles,
-    paired, cycles, sdpa_ratio or ms), and whether the winner is ahead by more than the noise."""
+    """A shape's finalists ranked by the median of the deciding figure (``figure``: one of
+    :data:`kernel.retime.PREFERENCE`), and whether the winner is ahead by more than the noise."""
 
     shape: str
     ranked: tuple[FinalistTiming, ...]
