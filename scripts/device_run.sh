@@ -389,6 +389,12 @@ c=asdict(d(64, bool($c), 'ws')); c.pop('variant'); c['num_warps']=4; print(json.
            TRITON_CACHE_DIR=$R/triton timeout 150 python3 -m benchmarks.finalists agree --storage "sqlite:///$R/pair$i.db" \
              --study scripts/power_pair.toml --gpu sm_89 --markdown "$R/pair_agree$i.md" > "$R/pair_agree$i.log" 2>&1
            echo "pair agree $i rc=$?"; tail -5 "$R/pair_agree$i.log"; done;;
+    consan38) R=$W/consan38; mkdir -p "$R"   # issue 25: ConSan on D=64's split binary at 3 stages (next37 ran out), then the table
+         timeout 330 python3 -m pytest -m gpu -v -p no:cacheprovider --durations=0 tests/test_gluon.py -k "consan and split" \
+           > "$R/consan.log" 2>&1; echo "consan split rc=$?"; grep -E "PASSED|FAILED|passed|failed|s call" "$R/consan.log" | tail -6
+         grep -E "^E " "$R/consan.log" | head -6
+         timeout 200 python3 -m benchmarks.gluon --variant ws --wide --markdown "$R/table.md" > "$R/table.log" 2>&1
+         echo "gluon table rc=$?"; grep -E "^\| B" "$R/table.md";;
     power36) R=$W/power36; mkdir -p "$R"   # issue 24: how long a config must run alone before its clock is the one it holds
          for c in "--causal" ""; do timeout 60 python3 -m benchmarks.power --config 64x64_w4_s4 --config 128x64_w8_s3 \
            $c --trace --seconds 1 --rounds 4 > "$R/trace$c.log" 2>&1; echo "power trace $c rc=$?"; cat "$R/trace$c.log"; done;;
