@@ -395,6 +395,12 @@ c=asdict(d(64, bool($c), 'ws')); c.pop('variant'); c['num_warps']=4; print(json.
          grep -E "^E " "$R/consan.log" | head -6
          timeout 200 python3 -m benchmarks.gluon --variant ws --wide --markdown "$R/table.md" > "$R/table.log" 2>&1
          echo "gluon table rc=$?"; grep -E "^\| B" "$R/table.md";;
+    final38) R=$W/final38; mkdir -p "$R"   # the forward's GPU tests at the final commit (ConSan: consan38)
+         timeout ${TESTS_S:-500} python3 -m pytest -m gpu -v -p no:cacheprovider --durations=8 tests/test_gluon.py tests/test_gluon_plan.py \
+           tests/test_gluon_route.py tests/test_autograd_gluon.py tests/test_kernel.py tests/test_timing.py tests/test_budget.py \
+           tests/test_profile.py -k "not consan" > "$R/tests.log" 2>&1; echo "forward gpu tests rc=$?"
+         echo "PASSED $(grep -c ' PASSED' "$R/tests.log")"; grep -E "FAILED|ERROR|passed|failed" "$R/tests.log" | tail -8
+         grep -E "^E " "$R/tests.log" | head -6;;
     power36) R=$W/power36; mkdir -p "$R"   # issue 24: how long a config must run alone before its clock is the one it holds
          for c in "--causal" ""; do timeout 60 python3 -m benchmarks.power --config 64x64_w4_s4 --config 128x64_w8_s3 \
            $c --trace --seconds 1 --rounds 4 > "$R/trace$c.log" 2>&1; echo "power trace $c rc=$?"; cat "$R/trace$c.log"; done;;

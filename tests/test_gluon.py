@@ -425,7 +425,7 @@ def test_the_ws_kernel_has_no_races_under_consan(smoke, head_dim, mode):
     _healthy(smoke, "ws")
     env = dict(os.environ, TRITON_INSTRUMENTATION_MODE="consan")
     result = subprocess.run([sys.executable, "-c", CONSAN_SCRIPT, str(head_dim), mode], env=env,
-                            capture_output=True, text=True, timeout=180, cwd=ROOT)
+                            capture_output=True, text=True, timeout=360, cwd=ROOT)
     races = [line for line in (result.stdout + result.stderr).splitlines() if any(m in line for m in CONSAN_RACE)]
     assert not races, f"ConSan reports: {races[:5]}"
     assert result.returncode == 0, result.stderr[-4000:]
