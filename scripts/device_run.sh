@@ -398,7 +398,7 @@ c=asdict(d(64, bool($c), 'ws')); c.pop('variant'); c['num_warps']=4; print(json.
     final38) R=$W/final38; mkdir -p "$R"   # the forward's GPU tests at the final commit (ConSan: consan38)
          timeout ${TESTS_S:-500} python3 -m pytest -m gpu -v -p no:cacheprovider --durations=8 tests/test_gluon.py tests/test_gluon_plan.py \
            tests/test_gluon_route.py tests/test_autograd_gluon.py tests/test_kernel.py tests/test_timing.py tests/test_budget.py \
-           tests/test_profile.py -k "not consan" > "$R/tests.log" 2>&1; echo "forward gpu tests rc=$?"
+           tests/test_profile.py -k "not consan and not verdicts_hold" > "$R/tests.log" 2>&1; echo "forward gpu tests rc=$?"
          echo "PASSED $(grep -c ' PASSED' "$R/tests.log")"; grep -E "FAILED|ERROR|passed|failed" "$R/tests.log" | tail -8
          grep -E "^E " "$R/tests.log" | head -6;;
     power36) R=$W/power36; mkdir -p "$R"   # issue 24: how long a config must run alone before its clock is the one it holds
