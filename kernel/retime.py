@@ -110,12 +110,12 @@ def all_figures(samples: Mapping[str, Sequence[Sample]], reference: Sequence[str
     if base is not None and rounds:
         out[SDPA_RATIO] = {name: [s.ms / b.ms for s, b in zip(runs, base)] for name, runs in samples.items()}
     out[MS] = {name: [s.ms for s in runs] for name, runs in samples.items()}
-    base = next((out[name] for name in CLOCK_FREE if name in out), None)
+    clock_free = next((out[name] for name in CLOCK_FREE if name in out), None)
     clocks = {name: s.mhz for name, s in (alone or {}).items() if s.mhz}
-    if base is not None and len(clocks) >= 2:
+    if clock_free is not None and len(clocks) >= 2:
         middle = statistics.median(clocks.values())
         out = {SUSTAINED: {name: [v * middle / clocks[name] for v in values] if name in clocks else list(values)
-                           for name, values in base.items()}, **out}
+                           for name, values in clock_free.items()}, **out}
     return out
 
 
@@ -263,9 +263,8 @@ class Candidate:
         clock read; None where it was not captured."""
         if self.graph is None:
             return None
-        self.graph.replay_for(settle_ms)
-        per_call, mhz = self.graph.timed(timed_ms, self.clock)
-        return Sample(statistics.median(per_call), mhz)
+        self.settle(settle_ms)
+        return self.measure(timed_ms)
 
     @property
     def pairs(self) -> bool:
