@@ -10,5 +10,5 @@
 * ``timing_experiment``: how to re-time finalists so that a config's own rounds agree (GPU).
 
 Installed with the package; nothing in ``kernel`` or ``tuner`` imports them. Every re-timing
-here goes through :func:`kernel.timing.interleaved_rounds`, as the sweep's finalists do.
+here goes through :func:`kernel.measure.timing.interleaved_rounds`, as the sweep's finalists do.
 """

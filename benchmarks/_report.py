@@ -23,7 +23,7 @@ def host_report(host_row: Callable[[int, int, bool], dict], host_table: Callable
     """The host-µs benchmarks' run (``gluon_host``, ``bwd_gluon_host``): ``host_row(n, head_dim, causal)``
     for every case asked, a line each as it is measured, then ``host_table(rows, environment line)``
     printed and written to ``markdown``. Returns the rows (each benchmark judges its own)."""
-    from kernel.timing import environment, environment_line, warm_gpu
+    from kernel.measure.timing import environment, environment_line, warm_gpu
 
     env = environment()
     warm_gpu()

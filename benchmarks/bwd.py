@@ -7,7 +7,7 @@
 Ours is :func:`kernel.flash_attn_bwd` (delta, the dK/dV kernel and dQ, from the forward's
 ``out`` and ``lse``); SDPA's is ``torch.autograd.grad`` of SDPA's forward, kept for the
 purpose, so both exclude the forward. GPU times come from CUDA-graph replays over input
-sets that do not fit in L2 (:mod:`kernel.timing`). TFLOP/s counts 2.5x the forward's
+sets that do not fit in L2 (:mod:`kernel.measure.timing`). TFLOP/s counts 2.5x the forward's
 FLOPs. ``--explore`` times a grid of configs per shape (compiled first on ``--jobs``
 processes), each checked against a float32 reference within 3x SDPA-flash's own error
 before it is timed; ``--knobs`` does the same for the two knobs the explorations left out
@@ -28,7 +28,7 @@ from multiprocessing import get_context
 import torch
 
 from benchmarks._report import write_report
-from kernel.flash_bwd import BwdConfig
+from kernel.triton.bwd import BwdConfig
 from tuner.formatting import fmt
 from tuner.kernels.triton_bwd import KERNEL as BACKWARD, STEP, from_kernel
 from tuner.problem import Problem
@@ -108,7 +108,7 @@ def _problem(batch: int, heads: int, n: int, head_dim: int, causal: bool) -> Pro
 def make_sets(problem: Problem) -> list[dict]:
     """The backward's tensors (q, k, v, dout, out, lse and room for the gradients, the tuner's own
     :meth:`~tuner.kernels.TunableKernel.inputs`), as many sets as keep the timed loop out of L2."""
-    from kernel.timing import input_sets
+    from kernel.measure.timing import input_sets
 
     per_set = 6 * problem.batch * problem.heads * problem.n_q * problem.head_dim * 2
     return [BACKWARD.inputs(problem, "cuda") for _ in range(input_sets(per_set))]
@@ -163,8 +163,8 @@ def precompile(jobs: int, work: list[tuple[int, bool, list[BwdConfig]]]) -> None
 
 def _try(sets, problem: Problem, config: BwdConfig, reference, sdpa_err, flops: float) -> dict:
     """One config: checked on the first input set against the float32 reference, then timed."""
+    from kernel.measure.timing import gpu_time
     from kernel.reference import rel_err
-    from kernel.timing import gpu_time
 
     entry = dict(config=config.__dict__)
     try:
@@ -183,7 +183,7 @@ def _try(sets, problem: Problem, config: BwdConfig, reference, sdpa_err, flops: 
 
 def bench_shape(batch, heads, n, head_dim, causal, first: list[BwdConfig], second=None) -> dict:
     """SDPA's backward, then ``first``'s configs, then ``second(best of first)``'s, on one shape."""
-    from kernel.timing import time_backends
+    from kernel.measure.timing import time_backends
 
     problem = _problem(batch, heads, n, head_dim, causal)
     sets = make_sets(problem)
@@ -213,7 +213,7 @@ def bench_shape(batch, heads, n, head_dim, causal, first: list[BwdConfig], secon
 
 def host_costs(head_dim: int, causal: bool, config: BwdConfig, n: int = 512) -> dict:
     """Host µs per backward call at a short length (the GPU keeps up): ours and SDPA's autograd backward."""
-    from kernel.timing import host_us, runs
+    from kernel.measure.timing import host_us, runs
 
     problem = _problem(4, 8, n, head_dim, causal)
     sets = make_sets(problem)[:1]
@@ -226,7 +226,7 @@ def host_costs(head_dim: int, causal: bool, config: BwdConfig, n: int = 512) -> 
 def training_step(sets, problem: Problem, config: BwdConfig) -> dict:
     """fwd+bwd (the tuner's ``fwd+bwd`` pass): our default forward then the backward, against
     SDPA's forward and autograd backward."""
-    from kernel.timing import gpu_time, time_backends
+    from kernel.measure.timing import gpu_time, time_backends
 
     row = {"step_ms": gpu_time([STEP.call(from_kernel(config), s, problem, allocate=True) for s in sets]).ms}
     for backend, result in time_backends(STEP.baselines(sets, problem), host=False).items():
@@ -244,7 +244,7 @@ def _key(c: dict) -> str:
 
 
 def table(rows: list[dict], env: dict) -> str:
-    from kernel.timing import environment_line
+    from kernel.measure.timing import environment_line
 
     lines = [environment_line(env), "",
              "| D | causal | best config | ours ms | TFLOP/s | flash ms | cuDNN ms | x flash | x cuDNN | host µs ours "
@@ -309,7 +309,7 @@ def main(argv=None) -> int:
         print("python -m benchmarks.bwd needs a CUDA GPU: it times the backward against SDPA's.", file=sys.stderr)
         return 2
     from kernel import default_bwd_config
-    from kernel.timing import environment, warm_gpu
+    from kernel.measure.timing import environment, warm_gpu
 
     major, minor = torch.cuda.get_device_capability()
     hopper = major == 9

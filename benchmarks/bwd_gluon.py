@@ -8,16 +8,16 @@
     python -m benchmarks.bwd_gluon --host                   # host µs per call at B4 H8 N512 (bwd_gluon_host.py)
 
 Each knob set (``;``-separated, each ``name=value,...`` of
-``kernel.gluon_bwd_config.GluonBwdConfig``; an empty set is the default config) is first checked on
+``kernel.gluon.bwd.config.GluonBwdConfig``; an empty set is the default config) is first checked on
 one input set: dQ, dK and dV against float32 autograd through the math, within 3x PyTorch's own bf16
-error (``kernel.gluon_bwd_check``, NaN-filled gradients). A knob set that fails to compile, raises
+error (``kernel.gluon.bwd.check``, NaN-filled gradients). A knob set that fails to compile, raises
 or is wrong is reported with its error and skipped, and the run goes on. Times: every candidate of a
-shape in 5 rounds that measure each once, the order rotating (``kernel.retime.paired_together``:
+shape in 5 rounds that measure each once, the order rotating (``kernel.measure.retime.paired_together``:
 CUDA-graph replay over input sets that do not fit in L2, each candidate's replays alternating with
 SDPA-cuDNN's in every window), the median of its rounds; x cuDNN is the median of the windows'
 paired ratios: ours-Gluon (each knob set), ours-Triton (the Triton backward at its default config,
 named), ours-default (``kernel.flash_attn_bwd`` as a user calls it: on Hopper with Triton 3.6 the
-Gluon route of ``kernel.bwd_defaults``), SDPA-flash's and SDPA-cuDNN's backward (autograd.grad).
+Gluon route of ``kernel.triton.defaults``), SDPA-flash's and SDPA-cuDNN's backward (autograd.grad).
 Then fwd+bwd, a training step's attention, at the best knob set and as ``kernel.flash_attention``
 runs it by default (:func:`training_steps`).
 TFLOP/s counts 2.5x the forward's FLOPs. Exits 2 without a GPU.
@@ -73,8 +73,8 @@ def smoke(extra: dict) -> int:
     """:data:`SMOKE_CASES` with the knobs ``extra`` (cases whose head dim these knobs do not take
     are left out), one JSON line each as it finishes (a hang leaves the last case missing: run
     this in a subprocess with a timeout); 1 if any was wrong."""
-    from kernel.gluon_bwd_check import check_gluon_bwd
-    from kernel.gluon_bwd_config import GluonBwdConfig
+    from kernel.gluon.bwd.check import check_gluon_bwd
+    from kernel.gluon.bwd.config import GluonBwdConfig
 
     failed = 0
     for d, causal, b, h, n_q, n_k, knobs in SMOKE_CASES:
@@ -96,7 +96,7 @@ def smoke(extra: dict) -> int:
 
 
 def _gluon_calls(sets, causal: bool, knobs: dict) -> list:
-    from kernel.flash_bwd_gluon import flash_attn_bwd_gluon
+    from kernel.gluon.bwd.launch import flash_attn_bwd_gluon
 
     return [lambda s=s: flash_attn_bwd_gluon(s["q"], s["k"], s["v"], s["out"], s["lse"], s["dout"], causal, **knobs)
             for s in sets]
@@ -114,8 +114,8 @@ def _triton_calls(sets, causal: bool) -> list:
 
 def _try_knobs(sets, causal: bool, text: str, refs) -> tuple[dict, list | None]:
     """One knob set checked on the first input set: (its entry, its calls to time, or None)."""
-    from kernel.flash_bwd_gluon import config_from
-    from kernel.gluon_bwd_check import check_gluon_bwd
+    from kernel.gluon.bwd.check import check_gluon_bwd
+    from kernel.gluon.bwd.launch import config_from
 
     entry = dict(knobs=text or "default")
     try:
@@ -138,7 +138,7 @@ def _candidates(sets, problem, causal: bool) -> tuple[dict, dict, dict]:
     """(name -> calls, name -> SDPA pin, notes): SDPA's backends, the Triton backward's default config
     and the default call (whatever kernel.flash_attn_bwd routes it to)."""
     from kernel import flash_attn_bwd
-    from kernel.timing import runs
+    from kernel.measure.timing import runs
     from tuner.kernels.triton_bwd import KERNEL as BACKWARD
 
     calls, pins, notes = {}, {}, {}
@@ -160,10 +160,11 @@ def _candidates(sets, problem, causal: bool) -> tuple[dict, dict, dict]:
 
 def bench_shape(batch: int, heads: int, n: int, head_dim: int, causal: bool, knob_sets: list[str]) -> dict:
     """SDPA's backward, the Triton backward's default call and each Gluon knob set (checked first) on
-    one shape, timed together in rotating rounds, each paired with cuDNN (:func:`kernel.retime.paired_together`)."""
+    one shape, timed together in rotating rounds, each paired with cuDNN
+    (:func:`kernel.measure.retime.paired_together`)."""
     from benchmarks.bwd import make_sets
-    from kernel.gluon_bwd_check import references
-    from kernel.retime import paired_together
+    from kernel.gluon.bwd.check import references
+    from kernel.measure.retime import paired_together
     from tuner.kernels.triton_bwd import KERNEL as BACKWARD
     from tuner.problem import Problem
 
@@ -211,9 +212,9 @@ def training_steps(sets, problem, causal: bool, knobs: dict) -> dict:
     ``fwd+bwd`` pass); both default calls (what ``kernel.flash_attention`` runs); SDPA's forward
     then its autograd backward, each backend."""
     from kernel import default_bwd_config, flash_attn_bwd, flash_attn_fwd
-    from kernel.flash_bwd_gluon import flash_attn_bwd_gluon
-    from kernel.retime import paired_together
-    from kernel.timing import runs
+    from kernel.gluon.bwd.launch import flash_attn_bwd_gluon
+    from kernel.measure.retime import paired_together
+    from kernel.measure.timing import runs
     from tuner.kernels.triton_bwd import STEP, from_kernel
 
     def gluon_step(s):
@@ -245,7 +246,7 @@ def _fmt(value, spec: str) -> str:
 
 
 def table(rows: list[dict], env: dict) -> str:
-    from kernel.timing import environment_line
+    from kernel.measure.timing import environment_line
 
     lines = [environment_line(env), "",
              "| D | causal | best knobs | Gluon ms | TFLOP/s | Triton ms | flash ms | cuDNN ms | x Triton | x flash "
@@ -299,7 +300,7 @@ def main(argv=None) -> int:
         print("python -m benchmarks.bwd_gluon needs a CUDA GPU (an sm_90 H100/H200 with Triton 3.6). Without one, "
               "run `pytest tests/test_gluon_bwd.py -m 'not gpu'` under Triton 3.6.", file=sys.stderr)
         return 2
-    from kernel.flash_bwd_gluon import gluon_bwd_support
+    from kernel.gluon.api import gluon_bwd_support
 
     reason = gluon_bwd_support()
     if reason is not None:
@@ -312,7 +313,7 @@ def main(argv=None) -> int:
         from benchmarks.bwd_gluon_host import run_host
 
         return run_host(args.head_dim, masks, tuple(args.host_n or (512,)), args.markdown)
-    from kernel.timing import environment, warm_gpu
+    from kernel.measure.timing import environment, warm_gpu
 
     knob_sets = [part.strip() for part in args.knobs.split(";")]
     env = environment()

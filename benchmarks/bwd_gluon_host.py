@@ -5,7 +5,7 @@ the Triton backward and SDPA's backward, same run (``python -m benchmarks.bwd_gl
     python -m benchmarks.bwd_gluon --host --host-n 1024 --head-dim 128 --markdown docs/results/x.md
 
 Paths, each allocating its gradients as a user's call does (``gluon_plan_given``: into preallocated
-ones); host µs by :func:`kernel.timing.host_us_together` (batches of 100 calls enqueued back to back
+ones); host µs by :func:`kernel.measure.timing.host_us_together` (batches of 100 calls enqueued back to back
 before one synchronise, the paths' batches interleaved, the median of 15 each; SDPA's under its
 backend's pin):
 
@@ -38,7 +38,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _calls(s: dict, causal: bool) -> dict:
     from kernel import default_bwd_config, flash_attn_bwd
-    from kernel.flash_bwd_gluon import flash_attn_bwd_gluon, flash_attn_bwd_gluon_jit
+    from kernel.gluon.bwd.launch import flash_attn_bwd_gluon, flash_attn_bwd_gluon_jit
 
     args = (s["q"], s["k"], s["v"], s["out"], s["lse"], s["dout"], causal)
     given = dict(zip(("dq", "dk", "dv"), (torch.empty_like(s[name]) for name in ("q", "k", "v"))))
@@ -61,8 +61,8 @@ def _agree(ours, ref) -> bool:
 def host_row(n: int, head_dim: int, causal: bool) -> dict:
     """Every path's host µs at B4 H8 N ``n``, after the plan's check against the JIT path."""
     from benchmarks.bwd import make_sets
-    from kernel.flash_bwd_gluon import KNOB_NAMES, plan_for
-    from kernel.timing import host_us_together, runs
+    from kernel.gluon.bwd.launch import KNOB_NAMES, plan_for
+    from kernel.measure.timing import host_us_together, runs
     from tuner.kernels.triton_bwd import KERNEL as BACKWARD
     from tuner.problem import Problem
 

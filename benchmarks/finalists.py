@@ -3,9 +3,9 @@
     python -m benchmarks.finalists agree --storage URL --study article --gpu sm_89 [--markdown PATH]   # GPU
 
 A sweep stores each shape's finalists and the verdict of its re-timing (by default the
-adaptive protocol, :mod:`kernel.retime`). Here the same finalists are re-timed together
+adaptive protocol, :mod:`kernel.measure.retime`). Here the same finalists are re-timed together
 with the protocol before it (5 rounds, each measurement 100 ms settled and 200 ms timed,
-:data:`kernel.timing.RETIME`), and the stored winner is compared with that protocol's
+:data:`kernel.measure.timing.RETIME`), and the stored winner is compared with that protocol's
 winner in those same rounds: the bar is that the stored winner is within 1% of it.
 """
 
@@ -26,14 +26,14 @@ def retime_rounds(shape, keys: list[str], rounds: int, protocol: str = "adaptive
                   power: tuple | None = None):
     """The configs ``keys`` (and SDPA's backends, if ``sdpa``) timed together on ``shape`` in this
     process for exactly ``rounds`` rotating rounds, the SM clock read with each measurement:
-    ``"adaptive"``, each graph captured once and the clock settled once (:data:`kernel.retime.ADAPTIVE`
-    windows unless given; ``power``: its power check, :data:`kernel.retime.POWER`), or ``"fixed"``,
-    every measurement settled and timed as the finalists were before (:data:`kernel.timing.RETIME`).
-    Returns :class:`kernel.retime.Rounds`."""
+    ``"adaptive"``, each graph captured once and the clock settled once (:data:`kernel.measure.retime.ADAPTIVE`
+    windows unless given; ``power``: its power check, :data:`kernel.measure.retime.POWER`), or ``"fixed"``,
+    every measurement settled and timed as the finalists were before (:data:`kernel.measure.timing.RETIME`).
+    Returns :class:`kernel.measure.retime.Rounds`."""
     from benchmarks.vs_sdpa import KERNEL, make_sets, set_calls
-    from kernel.clock import sm_clock
-    from kernel.retime import ADAPTIVE, Candidate, adaptive_rounds, fixed_rounds
-    from kernel.timing import runs
+    from kernel.measure.clock import sm_clock
+    from kernel.measure.retime import ADAPTIVE, Candidate, adaptive_rounds, fixed_rounds
+    from kernel.measure.timing import runs
     from tuner.kernels.triton_fwd import FwdConfig
     from tuner.outcome import SDPA_KEYS
 
@@ -55,7 +55,7 @@ def retime_rounds(shape, keys: list[str], rounds: int, protocol: str = "adaptive
 
 def agree(url: str, study_name: str, target: str, rounds: int, markdown: Path | None) -> int:
     """Each shape's stored finalists re-timed with the fixed protocol; the stored winner against its winner."""
-    from kernel.timing import environment, environment_line, warm_gpu
+    from kernel.measure.timing import environment, environment_line, warm_gpu
     from tuner.store import Store
     from tuner.study import load
     from tuner.winners import measured_on, verdicts_of

@@ -9,13 +9,13 @@
     python -m benchmarks.gluon --host                # host µs of every launch path at N512 (gluon_host.py)
 
 Times: each shape's candidates in 5 rounds that measure every one of them once, the order
-rotating (:func:`kernel.retime.paired_together`: CUDA-graph replay over input sets that do not
+rotating (:func:`kernel.measure.retime.paired_together`: CUDA-graph replay over input sets that do not
 fit in L2, each graph captured once, every candidate's replays alternating with SDPA-cuDNN's in
 each window), the median of its rounds; x SDPA-cuDNN is the median of the windows' paired ratios,
-each taken cycle by cycle (:func:`kernel.retime.cycle_ratio`; what the bars are judged on).
+each taken cycle by cycle (:func:`kernel.measure.retime.cycle_ratio`; what the bars are judged on).
 Baselines in the same run: the Triton kernel at its default config (``triton``, named
 explicitly), the default call ``flash_attn_fwd(q, k, v, causal)`` (``default``: the Gluon kernel
-where ``kernel.gluon_route`` routes it), SDPA's flash and cuDNN backends. Before a variant is
+where ``kernel.route`` routes it), SDPA's flash and cuDNN backends. Before a variant is
 timed its output is checked against SDPA on the same inputs; a variant that fails to compile,
 raises or is wrong is reported with the first line of its error and skipped, and the run goes
 on. Exits 2 without a GPU.
@@ -31,8 +31,10 @@ from dataclasses import asdict
 import torch
 
 from benchmarks._report import write_report
-from kernel.flash_fwd_gluon import VARIANTS, default_gluon_config, flash_attn_fwd_gluon, gluon_support
-from kernel.retime import paired_together
+from kernel.gluon.api import gluon_support
+from kernel.gluon.fwd.config import VARIANTS, default_gluon_config
+from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
+from kernel.measure.retime import paired_together
 
 SHAPE = dict(batch=4, heads=8, n=4096)
 # The issue's other shapes (B, H, N, D, causal), timed with --wide after the B4 H8 N4096 ones.
@@ -160,7 +162,7 @@ def _settle() -> None:
 
 def make_sets(batch: int, heads: int, n: int, head_dim: int, dtype) -> list[tuple]:
     """(q, k, v, out, lse) sets, as many as keep the timed loop out of L2."""
-    from kernel.timing import input_sets
+    from kernel.measure.timing import input_sets
 
     per_set = 4 * batch * heads * n * head_dim * torch.finfo(dtype).bits // 8
     sets = []
@@ -202,7 +204,7 @@ def host_costs(head_dim: int, causal: bool) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from kernel import default_config
-    from kernel.timing import host_us
+    from kernel.measure.timing import host_us
 
     q, k, v, out, lse = make_sets(SHAPE["batch"], SHAPE["heads"], HOST_N, head_dim, torch.bfloat16)[0]
     costs = {name: host_us(call) for name, call in (
@@ -215,7 +217,7 @@ def host_costs(head_dim: int, causal: bool) -> dict:
 
 def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shape: dict = SHAPE) -> dict:
     """Times of every variant, flash_attn_fwd and SDPA on one shape; failures as notes."""
-    from kernel.timing import attention_flops, runs, sdpa_backends
+    from kernel.measure.timing import attention_flops, runs, sdpa_backends
 
     sets = make_sets(shape["batch"], shape["heads"], shape["n"], head_dim, dtype)
     reference = _reference(*sets[0][:3], causal)
@@ -242,7 +244,7 @@ def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shap
             _settle()
             row["notes"][name] = _first_line(exc)
             print(f"  D={head_dim} causal={causal} {name}: skipped, {row['notes'][name]}", file=sys.stderr)
-    # kernel.retime: the shape's candidates in the same rounds, each paired with SDPA-cuDNN in its windows
+    # kernel.measure.retime: the shape's candidates in the same rounds, each paired with SDPA-cuDNN in its windows
     row["ms"], row["vs_cudnn"] = paired_together(calls, pins, "sdpa_cudnn")
     if shape == SHAPE:
         row["host_us"] = host_costs(head_dim, causal)
@@ -327,7 +329,7 @@ def main(argv=None) -> int:
         from benchmarks.gluon_host import run_host
 
         return run_host(args.head_dim, causals, args.host_n, args.markdown)
-    from kernel.timing import environment, environment_line, warm_gpu
+    from kernel.measure.timing import environment, environment_line, warm_gpu
 
     env = environment()
     warm_gpu()

@@ -1,16 +1,16 @@
 """Host µs per call of each launch path of the forward at short lengths, and the GPU ms: what the
-route's bound (``kernel.gluon_route.ROUTE_MIN_FLOPS``) is to be set from.
+route's bound (``kernel.route.ROUTE_MIN_FLOPS``) is to be set from.
 
     python -m benchmarks.gluon --host                     # B4 H8 N512, D 64 and 128, causal and not
     python -m benchmarks.gluon --host --host-n 256 --host-n 1024 --markdown docs/results/x.md
 
 Every path is called with preallocated ``out`` and ``lse`` (as a loop over layers would call it);
-host µs by :func:`kernel.timing.host_us` (100 calls enqueued back to back before one synchronise,
+host µs by :func:`kernel.measure.timing.host_us` (100 calls enqueued back to back before one synchronise,
 the median of 5 such batches):
 
 * ``triton``: ``flash_attn_fwd`` with the Triton kernel's default config named (its launch plan);
 * ``default``: the default call ``flash_attn_fwd(q, k, v, causal)``, routed as now;
-* ``routed``: the default call with the route's bound at 0, where :data:`~kernel.gluon_route.GLUON_ROUTES`
+* ``routed``: the default call with the route's bound at 0, where :data:`~kernel.route.GLUON_ROUTES`
   routes this (D, causal): the Triton plan's key, then the Gluon launch plan (what a lower bound gives);
 * ``gluon_jit``: ``flash_attn_fwd_gluon_jit``: checks, descriptors and the Gluon JIT on every call
   (the launcher before plans);
@@ -20,7 +20,7 @@ the median of 5 such batches):
   without a key: what keeping the maps saves.
 
 The Gluon rows run the variant ``GLUON_ROUTES`` names for (D, causal), else ``ws``. Before a path is
-timed its output is compared with the JIT path's, bit for bit. GPU ms by :func:`kernel.timing.gpu_time`
+timed its output is compared with the JIT path's, bit for bit. GPU ms by :func:`kernel.measure.timing.gpu_time`
 (CUDA-graph replay over input sets past the L2) for the Triton kernel at its default config and for
 the Gluon variant. Imports nothing from ``benchmarks.gluon`` (which runs this for ``--host``).
 """
@@ -51,8 +51,8 @@ def _input_set(n: int, head_dim: int) -> tuple:
 @contextlib.contextmanager
 def forced_route():
     """The default call routed at any size (the bound at 0), with no plan made before or kept after."""
-    import kernel.gluon_route as route
-    from kernel.launch import PLANS
+    import kernel.route as route
+    from kernel.triton.launch import PLANS
 
     bound = route.ROUTE_MIN_FLOPS
     route.ROUTE_MIN_FLOPS = 0
@@ -67,7 +67,7 @@ def forced_route():
 def path_calls(s: tuple, head_dim: int, causal: bool, variant: str) -> dict:
     """name -> a call of that path on input set ``s`` (``routed`` must run inside :func:`forced_route`)."""
     from kernel import default_config, flash_attn_fwd
-    from kernel.flash_fwd_gluon import checked_plan, flash_attn_fwd_gluon, flash_attn_fwd_gluon_jit
+    from kernel.gluon.fwd.launch import checked_plan, flash_attn_fwd_gluon, flash_attn_fwd_gluon_jit
 
     q, k, v, out, lse = s
     rebuilt = checked_plan(q, k, v, causal, variant, None, out, lse, cache_maps=False)
@@ -92,7 +92,7 @@ def _output_of(call, s: tuple) -> tuple:
 
 def _host(row: dict, name: str, call, s: tuple, reference) -> None:
     """Host µs of one path into ``row``, after its output is checked against the JIT path's."""
-    from kernel.timing import host_us
+    from kernel.measure.timing import host_us
 
     try:
         if reference is not None and name in ("routed", "gluon_plan", "gluon_rebuilt"):
@@ -106,8 +106,8 @@ def _host(row: dict, name: str, call, s: tuple, reference) -> None:
 def _gpu_ms(row: dict, n: int, head_dim: int, causal: bool, variant: str) -> None:
     """GPU ms of the Triton kernel (its default config) and of the Gluon variant, over sets past the L2."""
     from kernel import default_config, flash_attn_fwd
-    from kernel.flash_fwd_gluon import flash_attn_fwd_gluon
-    from kernel.timing import gpu_time, input_sets
+    from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
+    from kernel.measure.timing import gpu_time, input_sets
 
     per_set = 4 * SHAPE["batch"] * SHAPE["heads"] * n * head_dim * 2          # q, k, v, out in bf16
     sets = [_input_set(n, head_dim) for _ in range(input_sets(per_set))]
@@ -122,8 +122,8 @@ def _gpu_ms(row: dict, n: int, head_dim: int, causal: bool, variant: str) -> Non
 
 def host_row(n: int, head_dim: int, causal: bool) -> dict:
     """Every path's host µs, the GPU ms and the checks at B4 H8 N ``n``."""
-    import kernel.gluon_route as route
-    from kernel.flash_fwd_gluon import KNOB_NAMES, plan_for
+    import kernel.route as route
+    from kernel.gluon.fwd.launch import KNOB_NAMES, plan_for
 
     routes = route.default_variant(head_dim, causal) is not None
     variant = route.GLUON_ROUTES.get((head_dim, causal), "ws")
@@ -153,7 +153,7 @@ def host_row(n: int, head_dim: int, causal: bool) -> dict:
 
 def host_table(rows: list, env_line: str) -> str:
     """Markdown: per shape, every path's host µs, the plan's mode, the bit checks and the GPU ms."""
-    from kernel.gluon_route import ROUTE_MIN_FLOPS
+    from kernel.route import ROUTE_MIN_FLOPS
 
     header = (f"bf16, B{SHAPE['batch']} H{SHAPE['heads']}; host µs per call (benchmarks/gluon_host.py says what each "
               f"path is); work: 4·B·H·N²·D, halved when causal; the route's bound now: ROUTE_MIN_FLOPS = "

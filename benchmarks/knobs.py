@@ -8,7 +8,7 @@ off; the two fastest then get every knob variant of VARIANTS, one knob at a time
 in combinations. The best three overall and SDPA-cuDNN are re-timed last, interleaved
 over three rounds of the same settled, longer windows, for the ratio. Every variant's output is checked against an fp32
 SDPA-math reference first; a variant that fails to compile or is wrong is reported
-with its reason and not timed. Times come from :mod:`kernel.timing` (CUDA graphs over
+with its reason and not timed. Times come from :mod:`kernel.measure.timing` (CUDA graphs over
 inputs that do not fit in L2), as the tuner's.
 """
 
@@ -23,7 +23,15 @@ import torch.nn.functional as F
 
 from benchmarks._report import write_report
 from benchmarks.vs_sdpa import make_sets, set_calls
-from kernel.timing import RETIME, environment, environment_line, gpu_time, interleaved_rounds, runs, warm_gpu
+from kernel.measure.timing import (
+    RETIME,
+    environment,
+    environment_line,
+    gpu_time,
+    interleaved_rounds,
+    runs,
+    warm_gpu,
+)
 from tuner.kernels.triton_fwd import KERNEL, FwdConfig
 from tuner.problem import Problem
 

@@ -6,7 +6,7 @@
 
 Why: under its power cap (about 700 W on the H200) a GPU lowers its SM clock, and a config that
 spends more energy per cycle of work is clocked lower than another when each runs alone for long.
-The finalists' paired windows (kernel.retime) are short and shared with SDPA's replays, and they
+The finalists' paired windows (kernel.measure.retime) are short and shared with SDPA's replays, and they
 cancel the clock; this shows what each config draws and the clock it holds when it runs alone
 (issue 24: the finalists' agreement with the old protocol, which times each config alone for
 200 ms, on ms). Each config's calls (two input sets) are captured as one CUDA graph and replayed
@@ -34,7 +34,7 @@ def config_arg(text: str) -> FwdConfig:
 
 
 def polled(run, clock, interval_s: float) -> list[tuple[float, float | None, float]]:
-    """Run ``run()`` while a thread reads NVML through ``clock`` (:func:`kernel.clock.sm_clock`: this
+    """Run ``run()`` while a thread reads NVML through ``clock`` (:func:`kernel.measure.clock.sm_clock`: this
     process's GPU, by its UUID) every ``interval_s``: (ms since the start, SM MHz or None where the
     reading missed, board W) per reading."""
     samples, stop = [], threading.Event()
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from kernel.clock import sm_clock
+    from kernel.measure.clock import sm_clock
 
     clock = sm_clock() if torch.cuda.is_available() else None
     if clock is None:
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
               "the board's power and SM clock while each config runs.", file=sys.stderr)
         return 2
     from kernel import flash_attn_fwd
-    from kernel.timing import capture_graph, environment, environment_line
+    from kernel.measure.timing import capture_graph, environment, environment_line
     shape = (args.batch, args.heads, args.n, args.head_dim)
     sets = [tuple(torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3)) for _ in range(2)]
     graphs = {c.key: capture_graph([lambda s=s, c=c: flash_attn_fwd(*s, args.causal, **c.as_kwargs()) for s in sets])

@@ -3,7 +3,7 @@
 Both contestants get the same configs, knobs included: the study's configs that the budget
 model lets launch on the GPU present. ``@triton.autotune`` gets them as ``triton.Config``
 objects written the way ``tuner.emit`` writes them (TMA as a kwarg), through the autotuned
-entry point (:class:`kernel.autotuned.AutotunedFlashAttention`, which sets the TMA
+entry point (:class:`kernel.triton.autotune.AutotunedFlashAttention`, which sets the TMA
 allocator); the sweep gets the study itself, grid-sampled, without finalists. Each runs in
 its own process from cold Triton and tuner caches. The race is run with the knobs (the
 whole list) and without them (its plain configs: a study of the same tiles with every knob
@@ -30,7 +30,7 @@ AUTOTUNE_SCRIPT = textwrap.dedent("""
     started = time.perf_counter()
     import torch
     from benchmarks.race import autotune_configs
-    from kernel.autotuned import AutotunedFlashAttention
+    from kernel.triton.autotune import AutotunedFlashAttention
     from tuner.kernels.triton_fwd import KERNEL
     groups, shape = json.loads(sys.argv[1]), json.loads(sys.argv[2])
     q, k, v = (torch.randn(shape["batch"], shape["heads"], shape["n_q"], shape["head_dim"], device="cuda",
@@ -165,7 +165,7 @@ def speed(study_name: str, markdown: Path | None) -> int:
 
     import torch
 
-    from kernel.timing import environment, environment_line, warm_gpu
+    from kernel.measure.timing import environment, environment_line, warm_gpu
     from tuner import budget
     from tuner.gpus import detect
     from tuner.study import load
@@ -199,7 +199,7 @@ def report(env_line: str, study_name: str, shape, gpu: str, results: dict) -> li
     """The race's markdown: a row per contestant per race, and the closing line with both ratios."""
     lines = [env_line, f"Command: python -m benchmarks.search speed --study {study_name}",
              f"Shape {shape.label}; the study's configs that the budget model lets launch on {gpu}, the same list "
-             "for both contestants (autotune through kernel.autotuned.AutotunedFlashAttention, knobs as "
+             "for both contestants (autotune through kernel.triton.autotune.AutotunedFlashAttention, knobs as "
              "tuner.emit writes them), and its plain configs alone; cold Triton and tuner caches for each. "
              "Autotune takes the plain configs, then those with knobs, in one process: without knobs is its "
              "process less the second call.", "",

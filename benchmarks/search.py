@@ -186,10 +186,10 @@ def quality(url: str, study_name: str, target_name: str, shapes: list[str], samp
 def stability_report(verdict, every: dict | None = None, alone: dict | None = None) -> list[str]:
     """Markdown lines for a :class:`tuner.finalists.ShapeVerdict`: each config's spread on the
     figure that decides and on every other figure its rounds allow (``every``:
-    :func:`kernel.retime.all_figures` of the same rounds), the clock it held alone where the power
-    check ran it (``alone``: :attr:`kernel.retime.Rounds.alone`), and whether the winner is ahead by
+    :func:`kernel.measure.retime.all_figures` of the same rounds), the clock it held alone where the power
+    check ran it (``alone``: :attr:`kernel.measure.retime.Rounds.alone`), and whether the winner is ahead by
     more than the noise."""
-    from kernel.retime import spread
+    from kernel.measure.retime import spread
 
     rounds = len(verdict.winner.times)
     wins = {t.config: 0 for t in verdict.ranked}
@@ -223,7 +223,7 @@ def rounds_table(verdict, every: dict | None = None) -> list[str]:
     and the other paired figure in brackets where both were kept (window by window beside cycle by
     cycle): whether a config's rounds move with the clock (a kernel bound by memory more than SDPA
     is, for one) or apart from it."""
-    from kernel.retime import PAIRED, PAIRED_CYCLES
+    from kernel.measure.retime import PAIRED, PAIRED_CYCLES
 
     beside = PAIRED if verdict.figure == PAIRED_CYCLES else PAIRED_CYCLES     # sustained: beside its base
     other = (every or {}).get(beside, {})
@@ -253,8 +253,8 @@ def stability(url: str, study_name: str, target_name: str, shape_label: str | No
 
     from benchmarks.finalists import retime_rounds
     from benchmarks.vs_sdpa import make_sets
-    from kernel.retime import POWER, all_figures
-    from kernel.timing import environment, environment_line, warm_gpu
+    from kernel.measure.retime import POWER, all_figures
+    from kernel.measure.timing import environment, environment_line, warm_gpu
     from tuner.finalists import judge_rounds
     from tuner.outcome import SDPA_KEYS
     from tuner.store import Store

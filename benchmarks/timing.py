@@ -43,9 +43,16 @@ def host(markdown: Path | None, rounds: int = 7) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from kernel import flash_attn_fwd
-    from kernel.autotuned import flash_attn_fwd_autotuned
-    from kernel.flash_fwd import JIT_KERNEL, plan_for
-    from kernel.timing import environment, environment_line, host_us, interleaved_rounds, sdpa_call, warm_gpu
+    from kernel.measure.timing import (
+        environment,
+        environment_line,
+        host_us,
+        interleaved_rounds,
+        sdpa_call,
+        warm_gpu,
+    )
+    from kernel.triton.autotune import flash_attn_fwd_autotuned
+    from kernel.triton.fwd import JIT_KERNEL, plan_for
 
     q, k, v = (torch.randn(4, 8, 512, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     config = dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
@@ -82,10 +89,10 @@ def host(markdown: Path | None, rounds: int = 7) -> int:
 
 def retime(shape, keys: list[str], rounds: int = ROUNDS, protocol: tuple[float, float] | None = None,
            sets: list | None = None) -> dict[str, list[float]]:
-    """Configs timed together on one shape in this process (:func:`kernel.timing.interleaved_rounds`),
+    """Configs timed together on one shape in this process (:func:`kernel.measure.timing.interleaved_rounds`),
     each measurement with ``protocol`` = (rep_ms, settle_ms), by default the finalists' own."""
     from benchmarks.vs_sdpa import make_sets, set_calls
-    from kernel.timing import RETIME, interleaved_rounds
+    from kernel.measure.timing import RETIME, interleaved_rounds
     from tuner.kernels.triton_fwd import FwdConfig
 
     rep_ms, settle_ms = protocol or RETIME
@@ -103,7 +110,7 @@ def _winner(db, study: str, target: str, shape: str) -> str:
 
 
 def grids(urls: list[str], study_name: str, target: str, markdown: Path | None) -> int:
-    from kernel.timing import environment, environment_line, warm_gpu
+    from kernel.measure.timing import environment, environment_line, warm_gpu
     from tuner.finalists import judge
     from tuner.store import Store
     from tuner.study import load
@@ -133,7 +140,7 @@ def grids(urls: list[str], study_name: str, target: str, markdown: Path | None) 
 
 def tpe(tpe_url: str, grid_url: str, study_name: str, target_name: str, grid_target: str,
         markdown: Path | None) -> int:
-    from kernel.timing import environment, environment_line, warm_gpu
+    from kernel.measure.timing import environment, environment_line, warm_gpu
     from tuner import budget, records
     from tuner.gpus import GpuSpec
     from tuner.store import Store

@@ -7,7 +7,7 @@ rotating rounds, twice, under several protocols, and writes every per-replay tim
 to OUT_DIR/timing_experiment.json with the spreads of each protocol. It also times
 the host cost of each launch path in 7 interleaved rounds. nvidia-smi samples the SM
 clock and power meanwhile (OUT_DIR/clocks.csv). Every round goes through
-:func:`kernel.timing.interleaved_rounds`, as the finalists' do.
+:func:`kernel.measure.timing.interleaved_rounds`, as the finalists' do.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _estimate(values: list[float], estimator: str) -> float:
 def replay_rounds() -> dict:
     """Per protocol and repeat: config key -> every round's list of per-replay times."""
     from benchmarks.vs_sdpa import make_sets, set_calls
-    from kernel.timing import graph_replay_times, interleaved_rounds
+    from kernel.measure.timing import graph_replay_times, interleaved_rounds
     from tuner.kernels.triton_fwd import FwdConfig
     from tuner.problem import Problem
 
@@ -55,8 +55,8 @@ def host_rounds() -> dict:
     import torch
 
     from kernel import flash_attn_fwd
-    from kernel.autotuned import flash_attn_fwd_autotuned
-    from kernel.timing import host_us, interleaved_rounds, sdpa_call
+    from kernel.measure.timing import host_us, interleaved_rounds, sdpa_call
+    from kernel.triton.autotune import flash_attn_fwd_autotuned
 
     q, k, v = (torch.randn(4, 8, 512, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     config = dict(block_m=128, block_n=64, num_warps=8, num_stages=3)
@@ -70,7 +70,7 @@ def host_rounds() -> dict:
 
 
 def run(out: Path) -> None:
-    from kernel.timing import warm_gpu
+    from kernel.measure.timing import warm_gpu
 
     out.mkdir(parents=True, exist_ok=True)
     clocks = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu",

@@ -4,7 +4,7 @@
     python -m benchmarks.vs_sdpa --n 4096 --head-dim 64 --markdown docs/results/x.md
 
 GPU times come from CUDA-graph replays over input sets that do not fit in L2
-(:mod:`kernel.timing`), the calls are the tuner's own (:mod:`tuner.kernels.triton_fwd`);
+(:mod:`kernel.measure.timing`), the calls are the tuner's own (:mod:`tuner.kernels.triton_fwd`);
 "host µs" is the time a call takes on the CPU, measured as the
 rate at which back-to-back calls are enqueued. Speed is reported as a ratio to SDPA
 measured in the same process on the same inputs: absolute times drift between runs
@@ -20,7 +20,7 @@ import torch
 
 from benchmarks._report import write_report
 from kernel.checks import DTYPES as DTYPE_NAMES
-from kernel.timing import (
+from kernel.measure.timing import (
     SDPA_BACKENDS,
     environment,
     environment_line,

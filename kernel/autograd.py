@@ -2,9 +2,9 @@
 
 ``flash_attention(q, k, v, causal)`` is attention as PyTorch sees it (``out.backward()`` works);
 both passes take tuned configs: ``fwd`` an autotuned forward entry point, ``bwd_config`` a
-:class:`~kernel.flash_bwd.BwdConfig` or an autotuned backward (:mod:`kernel.bwd_autotune`), or a
-:class:`~kernel.gluon_bwd_config.GluonBwdConfig`: the Gluon backward for Hopper
-(:func:`kernel.flash_bwd_gluon.flash_attn_bwd_gluon`; sm_90 with Triton 3.6, else
+:class:`~kernel.triton.bwd.BwdConfig` or an autotuned backward (:mod:`kernel.triton.autotune`), or a
+:class:`~kernel.gluon.bwd.config.GluonBwdConfig`: the Gluon backward for Hopper
+(:func:`kernel.gluon.bwd.launch.flash_attn_bwd_gluon`; sm_90 with Triton 3.6, else
 ``GluonUnavailable`` names why), which a user asks for by its config (the default stays Triton's).
 """
 
@@ -15,9 +15,9 @@ from dataclasses import asdict
 import torch
 
 from kernel.backward import flash_attn_bwd
-from kernel.flash_bwd import BwdConfig
-from kernel.flash_fwd import flash_attn_fwd
-from kernel.gluon_bwd_config import GluonBwdConfig
+from kernel.forward import flash_attn_fwd
+from kernel.gluon.bwd.config import GluonBwdConfig
+from kernel.triton.bwd import BwdConfig
 
 __all__ = ["FlashAttention", "flash_attention"]
 
@@ -39,7 +39,7 @@ class FlashAttention(torch.autograd.Function):
             dq, dk, dv = flash_attn_bwd(grad_out, q, k, v, out, lse, ctx.causal, config=ctx.bwd_config)
         elif isinstance(ctx.bwd_config, GluonBwdConfig):
             dq, dk, dv = gluon_backward(ctx.bwd_config, grad_out, q, k, v, out, lse, ctx.causal)
-        else:                                    # an autotuned entry point (kernel.bwd_autotune)
+        else:                                    # an autotuned entry point (kernel.triton.autotune)
             dq, dk, dv = ctx.bwd_config(grad_out, q, k, v, out, lse, ctx.causal)
         return dq, dk, dv, None, None, None
 
@@ -48,7 +48,7 @@ def gluon_backward(config: GluonBwdConfig, grad_out, q, k, v, out, lse, causal: 
     """(dq, dk, dv) by the Gluon backward at ``config``. It reads [B, H, N, D] tensors by TMA: [B, N, D]
     ones get a head axis of 1 and their gradients lose it again, and a gradient PyTorch hands over
     in another layout (a broadcast one, of a ``.sum()``, which TMA cannot read) is made contiguous."""
-    from kernel.flash_bwd_gluon import flash_attn_bwd_gluon
+    from kernel.gluon.bwd.launch import flash_attn_bwd_gluon
 
     three = q.ndim == 3
     if three:
@@ -64,11 +64,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """Attention as an autograd op: :func:`kernel.flash_attn_fwd` forward, :func:`flash_attn_bwd` backward.
 
     Args:
-        bwd_config: the backward's :class:`~kernel.flash_bwd.BwdConfig`, or an autotuned entry point
-            over an emitted list (:class:`kernel.bwd_autotune.AutotunedBackward`), or a
-            :class:`~kernel.gluon_bwd_config.GluonBwdConfig` for the Gluon backward (Hopper, Triton
+        bwd_config: the backward's :class:`~kernel.triton.bwd.BwdConfig`, or an autotuned entry point
+            over an emitted list (:class:`kernel.triton.autotune.AutotunedBackward`), or a
+            :class:`~kernel.gluon.bwd.config.GluonBwdConfig` for the Gluon backward (Hopper, Triton
             3.6); default :func:`default_bwd_config`.
         fwd: the forward to use instead of :func:`kernel.flash_attn_fwd`, such as
-            ``kernel.autotuned.flash_attn_fwd_autotuned`` (same arguments, returns ``(out, lse)``).
+            ``kernel.triton.autotune.flash_attn_fwd_autotuned`` (same arguments, returns ``(out, lse)``).
     """
     return FlashAttention.apply(q, k, v, causal, bwd_config, fwd)

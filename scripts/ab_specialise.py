@@ -1,7 +1,7 @@
 """A/B on the GPU: the forward's binary with its lengths unspecialised against the one that
 specialises them (``do_not_specialize=["BH"]``, what the kernel ships), same configs, same rounds.
 
-To run the A/B, set ``kernel.flash_fwd.UNSPECIALISED`` to ``("BH", "N_Q", "N_K")`` first: "new"
+To run the A/B, set ``kernel.triton.fwd.UNSPECIALISED`` to ``("BH", "N_Q", "N_K")`` first: "new"
 is the kernel as it is imported. On 2026-12-01 (H200) the lengths-unspecialised binary was
 1.0156 / 1.0104 of the shipped one at N4096 D64 (128x64_w8_s3_tma / causal 128x64_w8_s4_tma),
 1.0054 / 1.0037 at D128 (128x128_w8_s2_tma_p1) and 0.9406 with 64x64_w4_s3.
@@ -9,7 +9,7 @@ is the kernel as it is imported. On 2026-12-01 (H200) the lengths-unspecialised 
     python scripts/ab_specialise.py        # GPU; prints a Markdown table
 
 Each shape's two binaries of a config and SDPA-cuDNN are captured once and timed in rotating
-rounds (:func:`kernel.retime.adaptive_rounds`, 8 rounds, the configs' windows alternating with
+rounds (:func:`kernel.measure.retime.adaptive_rounds`, 8 rounds, the configs' windows alternating with
 SDPA's), and the outputs of the two are compared bit for bit.
 """
 
@@ -23,11 +23,12 @@ import torch
 
 def _launcher(kernel, config, sets, problem):
     """Calls of ``kernel`` (a JITFunction of the forward's source) on each input set, launched
-    directly with the forward's own arguments (``kernel.flash_fwd.kernel_arguments``)."""
+    directly with the forward's own arguments (``kernel.triton.fwd.kernel_arguments``)."""
     import triton
 
-    from kernel.flash_fwd import kernel_arguments
-    from kernel.launch import LaunchShape, sm_count
+    from kernel.arch import sm_count
+    from kernel.triton.fwd import kernel_arguments
+    from kernel.triton.launch import LaunchShape
     from tuner.kernels.triton_fwd import compile_options, knob_constexprs
 
     shape = LaunchShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
@@ -48,11 +49,11 @@ def main() -> int:
     import triton
 
     from benchmarks.vs_sdpa import KERNEL, make_sets
-    from kernel.clock import sm_clock
-    from kernel.flash_fwd import JIT_KERNEL
-    from kernel.launch import use_tma_allocator
-    from kernel.retime import Candidate, adaptive_rounds, all_figures
-    from kernel.timing import environment, environment_line, runs, warm_gpu
+    from kernel.measure.clock import sm_clock
+    from kernel.measure.retime import Candidate, adaptive_rounds, all_figures
+    from kernel.measure.timing import environment, environment_line, runs, warm_gpu
+    from kernel.triton.fwd import JIT_KERNEL
+    from kernel.triton.launch import use_tma_allocator
     from tuner.kernels.triton_fwd import FwdConfig
     from tuner.problem import Problem
 

@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from kernel.flash_fwd_gluon import flash_attn_fwd_gluon
+from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
 from kernel.reference import accuracy
 
 CASES = [(1, 2, 256, 256), (2, 4, 193, 257), (2, 3, 385, 129), (1, 2, 1, 1), (1, 1, 16, 16), (3, 2, 577, 1000),

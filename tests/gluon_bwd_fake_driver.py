@@ -17,9 +17,9 @@ import torch
 from gluon_fake_driver import ENCODED, LAUNCHES, Driver, _plain
 from triton.runtime.driver import driver as active_driver
 
-import kernel.bwd_launch as bwd_launch
-import kernel.gluon_bwd_launch as gluon_bwd_launch
-from kernel.flash_bwd_gluon import config_from, launch_arguments
+import kernel.gluon.bwd.plan as gluon_bwd_launch
+import kernel.triton.bwd_launch as bwd_launch
+from kernel.gluon.bwd.launch import config_from, launch_arguments
 
 # (D, causal, B, H, N_q, N_k, knobs): ragged lengths at both head dims, two consumers, and N = 1
 # (which the JIT turns into constants) on a persistent grid; each a compile of three kernels.

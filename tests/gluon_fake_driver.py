@@ -22,8 +22,9 @@ from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia import driver as nvidia
 from triton.runtime.driver import driver as active_driver
 
-import kernel.gluon_launch as gluon_launch
-from kernel.flash_fwd_gluon import default_gluon_config, launch_arguments
+import kernel.gluon.fwd.plan as gluon_launch
+from kernel.gluon.fwd.config import default_gluon_config
+from kernel.gluon.fwd.launch import launch_arguments
 
 # (variant, D, causal, B, H or None for [B, N, D], N_q, N_k): ragged, 3-D, and N = 1 (which the JIT
 # turns into constants), each a compile.

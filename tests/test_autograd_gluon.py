@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import kernel
-import kernel.flash_bwd_gluon as gluon_bwd
-from kernel.flash_bwd_gluon import GluonUnavailable, gluon_bwd_support
-from kernel.gluon_bwd_config import GluonBwdConfig
+import kernel.gluon.bwd.launch as gluon_bwd
+from kernel.gluon.api import gluon_bwd_support
+from kernel.gluon.bwd.config import GluonBwdConfig
+from kernel.gluon.bwd.launch import GluonUnavailable
 
 
 @pytest.fixture
@@ -68,7 +69,7 @@ def test_off_hopper_the_backward_says_why():
 @pytest.mark.parametrize("head_dim, config", [(64, GluonBwdConfig(num_stages=3)), (128, GluonBwdConfig(consumers=2))])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_gluon_backward_through_autograd_matches_the_reference(rank, head_dim, config, causal):
-    from kernel.gluon_bwd_check import references
+    from kernel.gluon.bwd.check import references
     from kernel.reference import grad_accuracy
 
     shape = (2, 385, head_dim) if rank == 3 else (2, 3, 385, head_dim)

@@ -326,11 +326,12 @@ def test_the_gradient_rule_catches_an_off_by_one_in_the_dq_pass_last_tile(tmp_pa
 
     root = Path(__file__).resolve().parent.parent
     shutil.copytree(root / "kernel", tmp_path / "kernel")
-    source = (tmp_path / "kernel" / "flash_bwd.py").read_text()
+    planted_file = tmp_path / "kernel" / "triton" / "bwd.py"
+    source = planted_file.read_text()
     good = "        stop = N_K\n        full = (N_K // BLOCK_N) * BLOCK_N"
     assert good in source
     if planted:
-        (tmp_path / "kernel" / "flash_bwd.py").write_text(source.replace(good, good.replace("= N_K\n", "= N_K - 1\n")))
+        planted_file.write_text(source.replace(good, good.replace("= N_K\n", "= N_K - 1\n")))
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{tmp_path}{os.pathsep}{root}")
     done = subprocess.run([sys.executable, "-c", PLANTED, str(root / "tests"), str(tmp_path)], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=600)

@@ -212,7 +212,7 @@ def test_a_dq_mode_field_turns_off_a_default_overlap_it_cannot_have(device, monk
     """Hopper's D=128 causal default overlaps its dQ pass; a call naming dq_mode "atomic" or "tma" has no
     dQ pass to overlap, so the default's overlap goes (naming overlap=True with them is still an error)."""
     import kernel.backward as bl
-    from kernel.bwd_defaults import HOPPER_BWD
+    from kernel.triton.defaults import HOPPER_BWD
 
     seen = []
     monkeypatch.setattr(bl, "default_bwd_config", lambda *a: HOPPER_BWD[(128, True)])

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import kernel
-from kernel.bwd_autotune import AutotunedBackward
 from kernel.reference import grad_accuracy
+from kernel.triton.autotune import AutotunedBackward
 from tuner import emit, kernels, search, sweep
 from tuner.budget import verdict
 from tuner.gpus import GpuSpec

@@ -14,9 +14,9 @@ import torch
 import triton
 
 import kernel
-from kernel.bwd_defaults import default_bwd_config
-from kernel.bwd_launch import bwd_plan_for
-from kernel.flash_fwd import _with_defaults, plan_for
+from kernel.triton.bwd_launch import bwd_plan_for
+from kernel.triton.defaults import default_bwd_config
+from kernel.triton.fwd import _with_defaults, plan_for
 
 TILES = dict(block_m=16, block_n=16, num_warps=1, num_stages=1)
 
@@ -43,7 +43,7 @@ def test_numpy_integers_are_taken_as_python_ints(device):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     config = (odd["block_m"], odd["block_n"], odd["num_warps"], odd["num_stages"], False, False, odd["maxnreg"],
               odd["persistent"])
-    launch = plan_for(kernel.flash_fwd._flash_fwd_kernel, config, q, k, v).launch
+    launch = plan_for(kernel.triton.fwd._flash_fwd_kernel, config, q, k, v).launch
     assert {type(launch[name]) for name in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "PERSISTENT",
                                             "maxnreg")} == {int}, launch
 
@@ -95,7 +95,7 @@ def test_maxnreg_zero_is_no_cap_in_the_forward(device):
     expected, _ = kernel.flash_attn_fwd(q, k, v, **TILES)
     got, _ = kernel.flash_attn_fwd(q, k, v, **TILES, maxnreg=0)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
-    plan = plan_for(kernel.flash_fwd._flash_fwd_kernel, (16, 16, 1, 1, False, False, 0, 0), q, k, v)
+    plan = plan_for(kernel.triton.fwd._flash_fwd_kernel, (16, 16, 1, 1, False, False, 0, 0), q, k, v)
     assert "maxnreg" not in plan.launch
 
 
@@ -105,8 +105,8 @@ def test_maxnreg_zero_is_the_same_call_as_none(device):
     q, k, v = _qkv(device, dim=64)
     unset = (None, None, None, None, False, False, None, 0)
     zero = unset[:6] + (0, 0)
-    assert plan_for(kernel.flash_fwd._flash_fwd_kernel, zero, q, k, v) is plan_for(
-        kernel.flash_fwd._flash_fwd_kernel, unset, q, k, v)                 # one plan: one key
+    assert plan_for(kernel.triton.fwd._flash_fwd_kernel, zero, q, k, v) is plan_for(
+        kernel.triton.fwd._flash_fwd_kernel, unset, q, k, v)                 # one plan: one key
     assert _with_defaults(unset, q, k, v, False, 90)[4] is True          # the Hopper default takes TMA
 
 
@@ -232,7 +232,7 @@ def test_out_equal_to_q_is_right_in_every_tile_order(device, causal, persistent,
 def test_out_equal_to_q_is_refused_under_an_autotuner(device):
     """The autotuner runs the kernel once per config on the same arguments: the second run would read
     the first one's output as q."""
-    from kernel.autotuned import AutotunedFlashAttention
+    from kernel.triton.autotune import AutotunedFlashAttention
 
     q, k, v = _qkv(device)
     tuned = AutotunedFlashAttention([triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=1, num_stages=1),

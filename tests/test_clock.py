@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernel import clock
-from kernel.retime import (
+from kernel.measure import clock
+from kernel.measure.retime import (
     CYCLES,
     MS,
     PAIRED,
@@ -31,7 +31,7 @@ from tuner.outcome import SDPA_KEYS
 
 
 class FakeNvml(types.ModuleType):
-    """``pynvml`` as far as :mod:`kernel.clock` uses it: one GPU whose SM clock the test sets."""
+    """``pynvml`` as far as :mod:`kernel.measure.clock` uses it: one GPU whose SM clock the test sets."""
 
     NVML_CLOCK_SM = 1
 
@@ -237,8 +237,8 @@ def test_the_deciding_figure_is_stored_and_read_back_by_the_winners(tmp_path, nv
 def test_adaptive_rounds_on_the_gpu_capture_once_read_the_clock_and_decide():
     """Two real configs and SDPA's flash backend, each captured once, in adaptive rounds; the clock is read
     where NVML is installed (every sample then has it); the configs' windows alternate with SDPA's."""
-    from kernel.retime import Candidate
-    from kernel.timing import sdpa_backends
+    from kernel.measure.retime import Candidate
+    from kernel.measure.timing import sdpa_backends
     from tuner.finalists import judge_rounds
     from tuner.kernels.triton_fwd import KERNEL, FwdConfig
     from tuner.problem import Problem
@@ -270,7 +270,7 @@ def test_adaptive_rounds_on_the_gpu_capture_once_read_the_clock_and_decide():
 def test_each_cycle_s_ratio_to_the_partner_s_next_replay_decides_where_every_window_kept_it():
     """A clock dip the partner's replay missed moves one cycle's ratio, which the median sets aside;
     the windows' medians (1.2 against 0.5) would put the config 20% slower in its first round."""
-    from kernel.retime import all_figures, cycle_ratio
+    from kernel.measure.retime import all_figures, cycle_ratio
 
     own, theirs = [1.0] * 4 + [1.2] * 8, [0.5, 0.5, 0.6]
     assert cycle_ratio(own, theirs) == pytest.approx(2.0)
@@ -289,7 +289,7 @@ def test_each_cycle_s_ratio_to_the_partner_s_next_replay_decides_where_every_win
 
 def test_paired_together_reports_the_ratio_to_the_reference_cycle_by_cycle(monkeypatch):
     """The benchmarks' x SDPA-cuDNN: 1 / the cycles' median ratio where kept, else the windows'."""
-    from kernel import retime
+    from kernel.measure import retime
 
     rounds = Rounds({"ours": [Sample(1.2, None, 0.5, 2.0)] * 3, "cudnn": [Sample(0.5)] * 3}, "cap")
     monkeypatch.setattr(retime, "Candidate", lambda calls, pin: object())
@@ -302,7 +302,7 @@ def test_paired_together_reports_the_ratio_to_the_reference_cycle_by_cycle(monke
 
 def test_the_stability_report_gives_the_spread_on_every_figure_the_rounds_allow():
     from benchmarks.search import stability_report
-    from kernel.retime import all_figures
+    from kernel.measure.retime import all_figures
 
     samples = {"a": [Sample(1.0, 1900.0, 0.9), Sample(1.05, 1800.0, 0.945), Sample(1.0, 1850.0, 0.9)],
                "b": [Sample(1.1, 1900.0, 0.9), Sample(1.1, 1800.0, 0.9), Sample(1.12, 1850.0, 0.9)],

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import kernel
-from kernel.bwd_defaults import HOPPER_BWD, default_bwd_config
+from kernel.triton.defaults import HOPPER_BWD, default_bwd_config
 from tuner.budget import verdict
 from tuner.gpus import GpuSpec
 from tuner.kernels.triton_bwd import from_kernel

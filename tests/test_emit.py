@@ -110,10 +110,10 @@ def test_shipped_config_lists_fit_sm_90_and_run_in_the_autotuned_entry_point(mod
                                                                              fresh_inputs, assert_matches_reference):
     import importlib
 
-    from kernel.autotuned import AutotunedFlashAttention
+    from kernel.triton.autotune import AutotunedFlashAttention
     from tuner.budget import verdict
 
-    shipped = importlib.import_module(f"kernel.{module}")
+    shipped = importlib.import_module(f"kernel.triton.{module}")
     configs = [KERNEL.from_triton(config) for config in shipped.CONFIGS]
     for c in configs:
         for d in head_dims:

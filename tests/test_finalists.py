@@ -96,7 +96,7 @@ def test_the_agreement_row_gives_each_winner_s_clock_where_the_rounds_read_it(mo
     """A stored winner slower on ms only because it ran at a lower clock: the row says so (its
     median MHz beside today's winner's), and the ratio on ms and on cycles."""
     from benchmarks import finalists as bench
-    from kernel.retime import Rounds, Sample
+    from kernel.measure.retime import Rounds, Sample
     from tuner.outcome import SDPA_KEYS
 
     samples = {"a": [Sample(0.2150, 1888.0)] * 5, "b": [Sample(0.2092, 1980.0)] * 5,

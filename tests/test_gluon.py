@@ -1,4 +1,4 @@
-"""The Gluon forward for Hopper (kernel/flash_fwd_gluon.py).
+"""The Gluon forward for Hopper (kernel/gluon/fwd/launch.py).
 
 * Compile tests (no GPU): each variant compiles for sm_90 under Triton 3.6, its PTX holds
   the Hopper pieces, and its shared memory is the model's figure. Skipped, with the reason,
@@ -23,17 +23,10 @@ import pytest
 import torch
 from gluon_smoke import cross_compile_in_processes, smoke_verdict
 
-from kernel.flash_fwd_gluon import (
-    SMEM_LIMIT,
-    STATIC_SMEM,
-    VARIANTS,
-    GluonConfig,
-    default_gluon_config,
-    flash_attn_fwd_gluon,
-    gluon_api_support,
-    gluon_support,
-    smem_bytes,
-)
+from kernel.gluon.api import gluon_api_support, gluon_support
+from kernel.gluon.fwd.config import VARIANTS, GluonConfig, default_gluon_config, smem_bytes
+from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
+from kernel.gluon.smem import SMEM_LIMIT, STATIC_SMEM
 
 API_REASON = gluon_api_support()
 needs_gluon_api = pytest.mark.skipif(API_REASON is not None, reason=f"compile tests need Triton 3.6's Gluon: "
@@ -80,7 +73,7 @@ def _compile_cases() -> dict:
     return cases
 
 
-# The binaries that split a persistent grid's last wave over the keys (kernel.gluon_split): the
+# The binaries that split a persistent grid's last wave over the keys (kernel.gluon.fwd.split): the
 # D=64 default and an in-order two-consumer tile at D=128.
 TAIL_SPLITS = {"tail-d64": (default_gluon_config(64, False, "ws"), 64),
                "tail-d128": (GluonConfig("ws", 128, 128, num_stages=2, overlap=False, pingpong=False, persistent=1),
@@ -95,7 +88,7 @@ def compiled() -> dict:
     cases = _compile_cases()
     payload = [dict(config=asdict(config), head_dim=d, causal=causal, n_q=n, n_k=n, split=bool(rest))
                for config, d, causal, n, *rest in cases.values()]
-    return dict(zip(cases, cross_compile_in_processes("kernel.gluon_compile", payload)))
+    return dict(zip(cases, cross_compile_in_processes("kernel.gluon.fwd.compile", payload)))
 
 
 def _ok(report: dict) -> dict:
@@ -191,7 +184,7 @@ def test_both_variants_compile_under_consan():
     payload = [dict(config=dict(variant=variant, persistent=1), head_dim=64, causal=True, n_q=200, n_k=200)
                for variant in VARIANTS]
     consan = dict(TRITON_INSTRUMENTATION_MODE="consan")
-    for report in cross_compile_in_processes("kernel.gluon_compile", payload, consan):
+    for report in cross_compile_in_processes("kernel.gluon.fwd.compile", payload, consan):
         _ok(report)
         if report["resources"]:
             assert report["resources"]["STACK"] > 0, "not instrumented (ConSan keeps its state on the stack)"
@@ -332,10 +325,10 @@ def test_every_knob_setting_is_right(config, causal, smoke, fresh_inputs, nan_ou
 def test_the_last_wave_split_over_the_keys_is_right(config, smoke, fresh_inputs, nan_outputs,
                                                     assert_matches_reference):
     """A persistent launch whose last wave is short splits those tiles over the keys and merges
-    them (kernel.gluon_split): ragged N_q (a last tile of 40 rows), N_k of 7 key tiles in 4
+    them (kernel.gluon.fwd.split): ragged N_q (a last tile of 40 rows), N_k of 7 key tiles in 4
     parts, both layouts; the plan says it split."""
-    from kernel.flash_fwd_gluon import checked_plan
-    from kernel.launch import sm_count
+    from kernel.arch import sm_count
+    from kernel.gluon.fwd.launch import checked_plan
 
     _healthy(smoke, "ws")
     d = 64 if config.block_m == 192 else 128
@@ -386,8 +379,8 @@ CONSAN_SCRIPT = textwrap.dedent("""
     import sys
     import torch
     import triton
-    from kernel.flash_fwd_gluon import flash_attn_fwd_gluon
-    from kernel.flash_fwd_gluon_ws import _fwd_ws_kernel
+    from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
+    from kernel.gluon.fwd.kernel_ws import _fwd_ws_kernel
     from kernel.reference import accuracy
     assert triton.knobs.compilation.instrumentation_mode == "consan", triton.knobs.compilation.instrumentation_mode
     # ConSan keeps its state in global scratch memory, which the launch asks an allocator for.
@@ -397,7 +390,7 @@ CONSAN_SCRIPT = textwrap.dedent("""
     # non-square): 140 tiles for the 132 programs of a persistent grid, so some programs reuse
     # their Q, output and key buffers for a second tile.
     # "split": non-causal at 140 heads, 280 tiles: two waves and 16 tiles, each split over the keys
-    # in 2 parts then merged (kernel.gluon_split).
+    # in 2 parts then merged (kernel.gluon.fwd.split).
     d, split = int(sys.argv[1]), sys.argv[2:] == ["split"]
     heads, causal = (140, False) if split else (70, True)
     q = torch.randn(1, heads, 200, d, device="cuda", dtype=torch.bfloat16)

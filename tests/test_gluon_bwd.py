@@ -1,4 +1,4 @@
-"""The warp-specialized Gluon backward for Hopper (kernel/flash_bwd_gluon.py).
+"""The warp-specialized Gluon backward for Hopper (kernel/gluon/bwd/launch.py).
 
 * Compile tests (no GPU): the defaults and the knob variants compile for sm_90 under Triton 3.6
   with no register spills, the PTX holds wgmma, bulk tensor copies, the bulk reduce (dQ) and
@@ -22,9 +22,10 @@ import pytest
 import torch
 from gluon_smoke import cross_compile_in_processes, smoke_verdict
 
-from kernel.flash_bwd_gluon import GluonUnavailable, flash_attn_bwd_gluon, gluon_api_support, gluon_bwd_support
-from kernel.gluon_bwd_config import GLUON_BWD_DEFAULTS, GluonBwdConfig
-from kernel.gluon_config import SMEM_LIMIT, STATIC_SMEM
+from kernel.gluon.api import GluonUnavailable, gluon_api_support, gluon_bwd_support
+from kernel.gluon.bwd.config import GLUON_BWD_DEFAULTS, GluonBwdConfig
+from kernel.gluon.bwd.launch import flash_attn_bwd_gluon
+from kernel.gluon.smem import SMEM_LIMIT, STATIC_SMEM
 
 API_REASON = gluon_api_support()
 needs_gluon_api = pytest.mark.skipif(API_REASON is not None, reason=f"compile tests need Triton 3.6's Gluon: "
@@ -74,7 +75,7 @@ def compiled() -> dict:
     cases = _compile_cases()
     payload = [dict(config=asdict(config), head_dim=d, causal=causal, n_q=n_q, n_k=n_k)
                for config, d, causal, n_q, n_k in cases.values()]
-    return dict(zip(cases, cross_compile_in_processes("kernel.gluon_bwd_compile", payload)))
+    return dict(zip(cases, cross_compile_in_processes("kernel.gluon.bwd.compile", payload)))
 
 
 def _ok(report: dict) -> dict:
@@ -172,7 +173,7 @@ def _healthy(smoke: dict, knobs: dict | None = None) -> None:
 
 def check_gradients(b, h, n_q, n_k, d, causal, label="", **knobs):
     """Our gradients (into NaN-filled tensors) against float32 autograd, within 3x PyTorch's bf16 error."""
-    from kernel.gluon_bwd_check import check_gluon_bwd
+    from kernel.gluon.bwd.check import check_gluon_bwd
 
     seed = int.from_bytes(os.urandom(4), "little")
     gen = torch.Generator(device="cpu").manual_seed(seed)

@@ -1,4 +1,4 @@
-"""The Gluon backward's launch plans (kernel/gluon_bwd_launch.py, ``kernel.flash_bwd_gluon.plan_for``):
+"""The Gluon backward's launch plans (kernel/gluon/bwd/plan.py, ``kernel.gluon.bwd.launch.plan_for``):
 its three kernels through the JITs once per call signature, then directly.
 
 * CPU, any Triton, on fakes shaped as Triton 3.6's pieces: the first call is the JITs', later ones
@@ -19,81 +19,32 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
-from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import nan_outputs_like
+from gluon_fakes import ENCODED, HEAD, FakeDescriptor, FakeGluonKernel
 
-import kernel.bwd_launch as bwd_launch
-import kernel.flash_bwd_gluon as gluon_bwd
-import kernel.gluon_bwd_launch as plan_module
-import kernel.launch as launch_module
-from kernel.gluon_bwd_config import GluonBwdConfig
-from kernel.gluon_bwd_launch import DESCRIPTORS, GluonBwdPlan
-from kernel.launch import PLANS
+import kernel.gluon.api as gluon_api
+import kernel.gluon.bwd.launch as gluon_bwd
+import kernel.gluon.bwd.plan as plan_module
+import kernel.triton.bwd_launch as bwd_launch
+import kernel.triton.launch as launch_module
+from kernel.gluon.bwd.config import GluonBwdConfig
+from kernel.gluon.bwd.plan import DESCRIPTORS, GluonBwdPlan
+from kernel.triton.launch import PLANS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-API_REASON = gluon_bwd.gluon_api_support()
-RUN_REASON = gluon_bwd.gluon_bwd_support() if torch.cuda.is_available() else "needs a CUDA GPU"
+API_REASON = gluon_api.gluon_api_support()
+RUN_REASON = gluon_api.gluon_bwd_support() if torch.cuda.is_available() else "needs a CUDA GPU"
 needs_hopper = pytest.mark.skipif(RUN_REASON is not None, reason=str(RUN_REASON))
-HEAD = 13                 # grid (3), stream, function, 2 flags, 2 scratch buffers, metadata, launch metadata, 2 hooks
 GLUON_NAMES = [*DESCRIPTORS, "LSE", "DELTA", "H", "BH", "N_Q", "N_K", "qk_scale", "sm_scale", "CAUSAL", "NUM_STAGES"]
-ENCODED: list[int] = []
-
-
-@dataclass
-class FakeDescriptor:
-    base: torch.Tensor
-    shape: list
-    strides: list
-    block_shape: list
-    layout: str
-    padding: str = "zero"
-
-
-def make_tensordesc_arg(arg, meta):
-    ENCODED.append(arg.base.data_ptr())
-    return [("map", arg.base.data_ptr(), meta), *arg.shape]
-
-
-def wrap_handle_tensordesc(launcher, tensordesc_indices, tensordesc_meta):
-    """Triton 3.6's wrapper of the C entry point, as a closure of the same names."""
-    def inner(*args):
-        final_args, found = list(args[:HEAD]), 0
-        for i, arg in enumerate(args[HEAD:]):
-            if i in tensordesc_indices:
-                final_args.extend(make_tensordesc_arg(arg, tensordesc_meta[found]))
-                found += 1
-            else:
-                final_args.append(arg)
-        return launcher(*final_args)
-    return inner
-
-
-class Fake:
-    """A JIT function and its compiled kernel; every launch goes into the shared ``log`` with the fake's name."""
-
-    def __init__(self, name, log, arg_names, descriptors=0, wrapped=True, metas=None):
-        self.name, self.log, self.arg_names = name, log, list(arg_names)
-        entry = lambda *args: log.append((name, "entry", args))            # noqa: E731 (the C entry point)
-        metas = metas or [f"m{i}" for i in range(descriptors)]
-        launch = wrap_handle_tensordesc(entry, set(range(descriptors)), metas) if descriptors and wrapped else entry
-        self.run = SimpleNamespace(launch=launch, launch_cooperative_grid=False, launch_pdl=False,
-                                   global_scratch_size=0, profile_scratch_size=0)
-        self.function, self.packed_metadata = f"{name}-FUNCTION", "PACKED"
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.log.append((self.name, "jit", grid, args, kwargs)) or self
-
-
 class Fakes:
     """The plan's three kernels replaced by fakes: ``kernels(log)`` gives the Gluon one's ``arguments``."""
 
     def __init__(self, **gluon_options):
         self.log = []
-        self.gluon = Fake("gluon", self.log, gluon_options.pop("arg_names", GLUON_NAMES), len(DESCRIPTORS),
+        self.gluon = FakeGluonKernel("gluon", self.log, gluon_options.pop("arg_names", GLUON_NAMES), len(DESCRIPTORS),
                           **gluon_options)
 
     def arguments(self, q, k, v, dout, dq_acc, dk, dv, lse, delta, config, causal):
@@ -105,7 +56,7 @@ class Fakes:
     def plan(self, tensors, grads=(None, None, None), causal=True, **options):
         plan = GluonBwdPlan(*tensors, causal, CONFIG, grads, self.arguments, **options)
         for unit, name in ((plan.preprocess, "preprocess"), (plan.finish, "finish")):
-            unit.fn = Fake(name, self.log, unit.fn.arg_names)
+            unit.fn = FakeGluonKernel(name, self.log, unit.fn.arg_names)
         return plan
 
     def calls(self, kind):
@@ -166,10 +117,10 @@ def test_the_first_call_is_the_jits_and_later_ones_pass_each_launcher_what_the_j
                           *fresh, *constexprs), name
     q, k, v, out, lse, dout = tensors
     maps = [arg for arg in gluon if isinstance(arg, tuple)]
-    assert [(m[1], m[2]) for m in maps] == [(t.data_ptr(), f"m{i}") for i, t in enumerate(
+    assert [(m[1], m[3]) for m in maps] == [(t.data_ptr(), f"m{i}") for i, t in enumerate(
         (q, k, v, dout, dq_acc, grads[1], grads[2]))]
     assert gluon[:HEAD] == (4, 1, 1, "STREAM", "gluon-FUNCTION", False, False, None, None, "PACKED", None, None, None)
-    assert gluon[HEAD + 7 * 5:] == (lse, delta, 3, 6, 200, 100, 0.18, 0.125, True, 2)
+    assert gluon[HEAD + 7 * 9:] == (lse, delta, 3, 6, 200, 100, 0.18, 0.125, True, 2)
     assert finish[HEAD + 1] is grads[0], "dq of the call"
 
 

@@ -1,4 +1,4 @@
-"""The default backward call's route (kernel/backward.py, kernel/bwd_defaults.py): the Gluon backward
+"""The default backward call's route (kernel/backward.py, kernel/route.py): the Gluon backward
 exactly where GLUON_BWD_ROUTES says, on sm_90 with Triton 3.6, for inputs the Gluon launcher takes;
 the Triton kernels everywhere else.
 
@@ -16,11 +16,13 @@ import torch
 
 import kernel
 import kernel.backward as backward
-import kernel.flash_bwd_gluon as gluon_bwd
-from kernel.bwd_defaults import GLUON_BWD_ROUTES
-from kernel.bwd_launch import BwdPlan
-from kernel.gluon_bwd_config import GluonBwdConfig
-from kernel.launch import PLANS
+import kernel.gluon.bwd.launch as gluon_bwd
+import kernel.route as route
+import kernel.route_table as route_table
+from kernel.gluon.bwd.config import GluonBwdConfig
+from kernel.route import GLUON_BWD_ROUTES
+from kernel.triton.bwd_launch import BwdPlan
+from kernel.triton.launch import PLANS
 
 
 @pytest.fixture(autouse=True)
@@ -48,11 +50,11 @@ def _plans():
 
 def test_the_interpreter_never_routes():
     """On this machine (the interpreter, or no sm_90 with Triton 3.6) a default call is Triton's."""
-    reason = backward.backward_route_reason(torch.device("cuda", 0))
+    reason = route.backward_route_reason(torch.device("cuda", 0))
     assert reason is not None
-    assert backward.backward_route_reason(torch.device("cpu")) is not None
+    assert route.backward_route_reason(torch.device("cpu")) is not None
     dout, q, k, v, out, lse = _args((1, 2, 16, 64), (1, 2, 16, 64))
-    assert backward.gluon_bwd_plan(dout, q, k, v, out, lse, False) is None
+    assert route.gluon_bwd_plan(dout, q, k, v, out, lse, False) is None
 
 
 @pytest.fixture
@@ -69,8 +71,10 @@ def routed(monkeypatch) -> list:
             return tuple(torch.zeros_like(t) if g is None else g for t, g in zip((q, k, v), (dq, dk, dv)))
         return record
 
-    monkeypatch.setattr(backward, "backward_route_reason", lambda device: None)
+    monkeypatch.setattr(route, "backward_route_reason", lambda device: None)
     monkeypatch.setattr(gluon_bwd, "checked_plan", plan)
+    monkeypatch.setattr(route_table, "FORWARD", {})      # the typed tables alone (kernel.route_table: its tests)
+    monkeypatch.setattr(route_table, "BACKWARD", {})
     return calls
 
 
@@ -84,7 +88,7 @@ def test_the_route_is_taken_exactly_where_the_table_says(routed, head_dim, causa
     if wanted is None:
         assert isinstance(plan, BwdPlan) and routed == []
     else:
-        assert isinstance(plan, backward.GluonBwdRoute) and plan.config == wanted
+        assert isinstance(plan, route.GluonBwdRoute) and plan.config == wanted
         from dataclasses import asdict
 
         assert routed == [((1, 2, 16, head_dim), causal, asdict(wanted), False)]
@@ -113,7 +117,6 @@ def test_a_named_config_or_field_keeps_the_triton_kernels(routed, named):
 
 def test_a_default_call_works_its_config_and_route_out_once_per_layout(routed, monkeypatch):
     """Later default calls with the same layout find the plan by a key alone (no default config, no route)."""
-    import kernel.bwd_defaults as defaults
 
     asked = []
     real = backward.default_bwd_config
@@ -121,7 +124,7 @@ def test_a_default_call_works_its_config_and_route_out_once_per_layout(routed, m
     args = _args((1, 2, 16, 64), (1, 2, 16, 64))
     for _ in range(3):
         kernel.flash_attn_bwd(*args, True)
-    assert len(asked) == 1 and len(routed) == 3 and defaults.GLUON_BWD_ROUTES[(64, True)]
+    assert len(asked) == 1 and len(routed) == 3 and GLUON_BWD_ROUTES[(64, True)]
     fresh = _args((1, 2, 16, 64), (1, 2, 16, 64))           # another call of the same layout: the same plan
     kernel.flash_attn_bwd(*fresh, True)
     assert len(asked) == 1 and len(routed) == 4
@@ -144,7 +147,7 @@ FALLBACKS = {
 @pytest.mark.parametrize("name", list(FALLBACKS))
 def test_inputs_the_gluon_launcher_refuses_run_on_triton(routed, name):
     args = FALLBACKS[name](_args((1, 2, 16, 64), (1, 2, 16, 64)))
-    assert backward.bwd_refusal(*args, False) is not None
+    assert route.bwd_refusal(*args, False) is not None
     kernel.flash_attn_bwd(*args, False)
     (plan,) = _plans()
     assert isinstance(plan, BwdPlan) and routed == []
@@ -152,7 +155,7 @@ def test_inputs_the_gluon_launcher_refuses_run_on_triton(routed, name):
 
 def test_three_dim_inputs_take_the_route_as_views_and_get_three_dim_gradients(routed):
     dout, q, k, v, out, lse = _args((2, 17, 128), (2, 33, 128))
-    assert backward.bwd_refusal(dout, q, k, v, out, lse, True) is None
+    assert route.bwd_refusal(dout, q, k, v, out, lse, True) is None
     given = [torch.full_like(t, float("nan")) for t in (q, k, v)]
     grads = kernel.flash_attn_bwd(dout, q, k, v, out, lse, True, dq=given[0], dk=given[1], dv=given[2])
     assert routed[0][:2] == ((2, 1, 17, 128), True) and routed[0][3] is True
@@ -172,7 +175,7 @@ def test_the_autograd_op_takes_the_route(routed):
 
 # ------------------------------------------------------------------------------ GPU tests
 
-ON_HOPPER = torch.cuda.is_available() and backward.backward_route_reason(torch.device("cuda")) is None
+ON_HOPPER = torch.cuda.is_available() and route.backward_route_reason(torch.device("cuda")) is None
 needs_route = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU with Triton 3.6 (the route's machine)")
 LENGTHS = [1, 16, 17, 63, 64, 65, 127, 128, 129]
 
@@ -180,7 +183,7 @@ LENGTHS = [1, 16, 17, 63, 64, 65, 127, 128, 129]
 @pytest.fixture
 def spied(monkeypatch) -> list:
     """The real Gluon backward plans, recording the config of each call."""
-    from kernel.gluon_bwd_launch import GluonBwdPlan
+    from kernel.gluon.bwd.plan import GluonBwdPlan
 
     calls, real = [], GluonBwdPlan.__call__
 

@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import pytest
 
-from kernel.flash_bwd_gluon import gluon_api_support
-from kernel.gluon_bwd_config import GLUON_BWD_DEFAULTS, GluonBwdConfig, smem_bytes
+from kernel.gluon.api import gluon_api_support
+from kernel.gluon.bwd.config import GLUON_BWD_DEFAULTS, GluonBwdConfig, smem_bytes
 from tuner import kernels
 from tuner.budget import check_many
 from tuner.gpus import GpuSpec
@@ -67,7 +67,7 @@ def test_two_consumers_run_at_d128_and_fall_back_to_one_at_d64():
 
 def _no_compiles(monkeypatch) -> None:
     """Any compile fails the test: the pool, and the unit builder and cross-compiler behind it."""
-    import kernel.gluon_bwd_compile as compiler
+    import kernel.gluon.bwd.compile as compiler
     import tuner.kernels.gluon_bwd as module
     from tuner import budget
 
@@ -109,16 +109,16 @@ def test_budget_verdicts_on_sm90_under_this_triton_name_triton_36_without_compil
 def test_budget_verdicts_on_a_triton_other_than_36_name_the_version(monkeypatch, tmp_path, version):
     import triton
 
-    import kernel.flash_fwd_gluon as gluon_module
+    import kernel.gluon.api as gluon_api
 
     monkeypatch.setattr(triton, "__version__", version)
     monkeypatch.setenv("FA2_TUNER_CACHE", str(tmp_path))
     _no_compiles(monkeypatch)
-    gluon_module.gluon_api_support.cache_clear()
+    gluon_api.gluon_api_support.cache_clear()
     try:
         results = check_many(load("hopper_gluon_bwd").configs()[:6], PROBLEM, GpuSpec.from_name("sm_90"))
     finally:
-        gluon_module.gluon_api_support.cache_clear()
+        gluon_api.gluon_api_support.cache_clear()
     for result in results:
         assert result.verdict == Status.UNSUPPORTED and f"Triton {version}" in result.reason, result.reason
 
@@ -145,7 +145,7 @@ def test_keys_parse_back_and_the_emitted_form_is_the_kernels_config():
         entry = eval(source, {"GluonBwdConfig": GluonBwdConfig})
         assert isinstance(entry, GluonBwdConfig) and entry == to_kernel(config, 128), source
         assert KERNEL.from_triton(entry) == config
-    assert KERNEL.emitted_imports == "from kernel.gluon_bwd_config import GluonBwdConfig"
+    assert KERNEL.emitted_imports == "from kernel.gluon.bwd.config import GluonBwdConfig"
     with pytest.raises(ValueError, match="GluonBwdConfig"):
         KERNEL.from_triton(object())
 
@@ -172,7 +172,7 @@ def test_its_specialisations_follow_the_jit_without_compiling(monkeypatch):
 
 
 def test_it_is_checked_timed_and_counted_as_a_backward():
-    from kernel.timing import attention_flops
+    from kernel.measure.timing import attention_flops
 
     assert KERNEL.flops(PROBLEM) == 2.5 * attention_flops(4, 8, 4096, 4096, 128, True)
     assert set(KERNEL.baseline_ncu_kernels()) == {"flash", "cudnn"}

@@ -1,6 +1,6 @@
 """The Gluon forward's gates, on any Triton and any machine: the version and device gate, the
 config checks, the TMA stride rules, the shared-memory model's arithmetic, and the benchmark's
-own check and table (``kernel/flash_fwd_gluon.py``, ``gluon_config.py``, ``benchmarks/gluon.py``).
+own check and table (``kernel/gluon/fwd/launch.py``, ``gluon_config.py``, ``benchmarks/gluon.py``).
 """
 
 from __future__ import annotations
@@ -13,18 +13,9 @@ import textwrap
 import pytest
 import torch
 
-from kernel.flash_fwd_gluon import (
-    GLUON_DEFAULTS,
-    VARIANTS,
-    GluonConfig,
-    GluonUnavailable,
-    default_gluon_config,
-    flash_attn_fwd_gluon,
-    gluon_api_support,
-    gluon_configs,
-    gluon_support,
-    supported,
-)
+from kernel.gluon.api import GluonUnavailable, gluon_api_support, gluon_support
+from kernel.gluon.fwd.config import GLUON_DEFAULTS, VARIANTS, GluonConfig, default_gluon_config, gluon_configs
+from kernel.gluon.fwd.launch import flash_attn_fwd_gluon, supported
 
 API_REASON = gluon_api_support()
 RUN_REASON = gluon_support() if torch.cuda.is_available() else "needs a CUDA GPU"
@@ -32,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_the_smem_model_counts_tiles_and_barriers():
-    from kernel.gluon_config import smem_bytes
+    from kernel.gluon.fwd.config import smem_bytes
 
     # 128x64 Q + 2 stages of 128x64 K and V, bf16; then 2 + 2 + 1 barriers of 8 bytes, 16-aligned.
     assert smem_bytes(GluonConfig("pipelined", 128, 128, 2), 64) == 16384 + 65536 + 16 + 16 + 8
@@ -65,7 +56,7 @@ def test_bad_configs_name_the_knob(config, message):
 def test_a_call_that_sets_another_query_tile_gets_that_tile_s_schedule():
     """Three consumers (192 rows) run in order at 152 registers, two overlapped in turns at 240: a
     call that asks for the other tile than the default's gets that tile's knobs, unless it sets them."""
-    from kernel.flash_fwd_gluon import _config_from
+    from kernel.gluon.fwd.launch import _config_from
 
     knobs = dict.fromkeys(("block_m", "block_n", "num_stages", "overlap", "pingpong", "persistent"))
     for d, causal in GLUON_DEFAULTS["ws"]:
@@ -99,8 +90,8 @@ def test_without_gluon_the_module_imports_and_says_what_is_missing():
         import sys
         sys.modules["triton.experimental.gluon"] = None          # a Triton without Gluon
         import torch
-        import benchmarks.gluon, kernel.gluon_compile, kernel.flash_fwd_gluon_ws
-        from kernel.flash_fwd_gluon import GluonUnavailable, flash_attn_fwd_gluon, gluon_support
+        import benchmarks.gluon, kernel.gluon.fwd.compile, kernel.gluon.fwd.kernel_ws
+        from kernel.gluon.fwd.launch import GluonUnavailable, flash_attn_fwd_gluon, gluon_support
         assert "has no Gluon" in gluon_support(90), gluon_support(90)
         q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
         try:
@@ -114,7 +105,7 @@ def test_without_gluon_the_module_imports_and_says_what_is_missing():
 
 
 def testtma_strides_take_any_aligned_layout_and_refuse_the_rest():
-    from kernel.flash_fwd_gluon import tma_strides
+    from kernel.gluon.fwd.launch import tma_strides
 
     bf16 = dict(dtype=torch.bfloat16)
     assert tma_strides("q", torch.empty(2, 3, 5, 64, **bf16)) == [960, 320, 64, 1]
@@ -158,7 +149,7 @@ def test_the_host_benchmark_tabulates_every_path(monkeypatch):
     text = host_table([row], "GPU: test")
     assert ("| 512 | 128 | yes | 2.15e+09 | 10.0 | 11.0 | n/a | 13.0 | 14.0 | 15.0 | maps | gluon_plan yes, "
             "gluon_rebuilt NO | n/a | 0.0123 | routed: not routed |") in text
-    from kernel.gluon_route import ROUTE_MIN_FLOPS
+    from kernel.route import ROUTE_MIN_FLOPS
 
     assert f"ROUTE_MIN_FLOPS = {ROUTE_MIN_FLOPS:.3g}" in text
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -206,12 +197,12 @@ def test_calls_without_a_hopper_and_triton_36_raise_gluon_unavailable():
 def test_benchmarks_time_a_shapes_candidates_together_in_rotating_rounds(monkeypatch):
     """Every candidate measured once per round, ROUNDS rounds, the median kept; the SDPA pins reach
     their candidates (each captured once)."""
-    from kernel import retime
-    from kernel.retime import TOGETHER_ROUNDS as ROUNDS, time_together
+    from kernel.measure import retime
+    from kernel.measure.retime import TOGETHER_ROUNDS as ROUNDS, time_together
 
     order, made = [], {}
 
-    class FakeCandidate:
+    class RoundCandidate:
         def __init__(self, calls, pin=None, clock=None):
             self.name, self.pin, self.count = calls[0], pin, 0
             made[self.name] = self
@@ -224,7 +215,7 @@ def test_benchmarks_time_a_shapes_candidates_together_in_rotating_rounds(monkeyp
             order.append(self.name)
             return retime.Sample({"a": 1.0, "b": 2.0, "s": 3.0}[self.name] + (0.5 if self.count == 1 else 0.0))
 
-    monkeypatch.setattr(retime, "Candidate", FakeCandidate)
+    monkeypatch.setattr(retime, "Candidate", RoundCandidate)
     pin = object()
     ms = time_together({"a": ["a"], "b": ["b"], "s": ["s"]}, {"s": pin})
     assert ms == {"a": 1.0, "b": 2.0, "s": 3.0}                      # the first round's outlier is not the median
@@ -236,13 +227,13 @@ def test_paired_rounds_give_each_candidate_its_ratio_to_the_reference_in_the_sam
     """Every candidate but the reference measured against it in each window (its ms and the
     reference's), the reference measured alone too; the ratio is the median of the windows' ratios,
     not a ratio of medians (a window where both ran slow leaves it alone)."""
-    from kernel import retime
-    from kernel.retime import TOGETHER_ROUNDS as ROUNDS, paired_together
+    from kernel.measure import retime
+    from kernel.measure.retime import TOGETHER_ROUNDS as ROUNDS, paired_together
 
     partners = []
     slow = {"a": [1.0, 2.0, 1.0, 1.0, 1.0], "b": [2.0] * ROUNDS, "s": [4.0] * ROUNDS}
 
-    class FakeCandidate:
+    class PairedCandidate:
         pairs = True
 
         def __init__(self, calls, pin=None, clock=None):
@@ -258,7 +249,7 @@ def test_paired_rounds_give_each_candidate_its_ratio_to_the_reference_in_the_sam
             partners.append((self.name, None if partner is None else partner.name))
             return retime.Sample(ms, None, None if partner is None else 4.0 * factor)
 
-    monkeypatch.setattr(retime, "Candidate", FakeCandidate)
+    monkeypatch.setattr(retime, "Candidate", PairedCandidate)
     ms, versus = paired_together({"a": ["a"], "b": ["b"], "s": ["s"]}, reference="s")
     assert versus == {"a": 4.0, "b": 2.0}
     assert ms["s"] == 4.0 and "s" not in versus

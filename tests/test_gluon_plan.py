@@ -1,4 +1,4 @@
-"""The Gluon forward's launch plans (kernel/gluon_launch.py, ``kernel.flash_fwd_gluon.plan_for``):
+"""The Gluon forward's launch plans (kernel/gluon/fwd/plan.py, ``kernel.gluon.fwd.launch.plan_for``):
 the JIT once per call signature, then the compiled kernel directly.
 
 * CPU, any Triton: what a plan is kept under (its key), that a refused call keeps none, that the
@@ -24,19 +24,13 @@ import pytest
 import torch
 from conftest import nan_outputs_like
 
-import kernel.flash_fwd_gluon as gluon_module
-from kernel.flash_fwd_gluon import (
-    KNOB_NAMES,
-    VARIANTS,
-    flash_attn_fwd_gluon,
-    flash_attn_fwd_gluon_jit,
-    gluon_api_support,
-    gluon_support,
-    plan_for,
-)
-from kernel.gluon_checks import check_shapes
-from kernel.gluon_launch import GluonLaunchPlan
-from kernel.launch import PLANS
+import kernel.gluon.fwd.launch as gluon_module
+from kernel.gluon.api import gluon_api_support, gluon_support
+from kernel.gluon.checks import check_shapes
+from kernel.gluon.fwd.config import VARIANTS
+from kernel.gluon.fwd.launch import KNOB_NAMES, flash_attn_fwd_gluon, flash_attn_fwd_gluon_jit, plan_for
+from kernel.gluon.fwd.plan import GluonLaunchPlan
+from kernel.triton.launch import PLANS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 API_REASON = gluon_api_support()
@@ -130,7 +124,7 @@ def test_a_machine_that_cannot_run_it_is_told_so_before_any_check(monkeypatch):
 
 def test_the_default_calls_route_makes_its_launch_plan_once(hopper, monkeypatch):
     """GluonPlan is kept per layout by the Triton plan cache: one launch plan, made on its first call."""
-    from kernel.gluon_route import GluonPlan
+    from kernel.route import GluonPlan
 
     made, launched = [], []
     real = gluon_module.checked_plan
@@ -277,7 +271,7 @@ def test_a_profilers_launch_hook_sees_every_call(fresh_inputs):
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_routed_default_call_launches_its_plan_directly(causal, fresh_inputs, monkeypatch):
     import kernel
-    import kernel.gluon_route as route
+    import kernel.route as route
 
     if route.default_variant(128, causal) is None:
         pytest.skip("this machine does not route D=128 to the Gluon kernel")
@@ -287,5 +281,5 @@ def test_the_routed_default_call_launches_its_plan_directly(causal, fresh_inputs
         kernel.flash_attn_fwd(q, k, v, causal, out=out, lse=lse)
         ref, ref_lse = _jit_outputs(q, k, v, causal, route.default_variant(128, causal))
         assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
-    routed = kernel.plan_for(kernel.JIT_KERNEL, kernel.flash_fwd.KNOB_DEFAULTS, q, k, v, causal, out, lse)
+    routed = kernel.plan_for(kernel.JIT_KERNEL, kernel.triton.fwd.KNOB_DEFAULTS, q, k, v, causal, out, lse)
     assert isinstance(routed, route.GluonPlan) and routed.launch.mode == "maps"

@@ -1,4 +1,4 @@
-"""How a Gluon launch plan launches (kernel/gluon_launch.py), on fakes and any Triton: the first call
+"""How a Gluon launch plan launches (kernel/gluon/fwd/plan.py), on fakes and any Triton: the first call
 through the JIT, later ones direct with the argument list the JIT gives the launcher, maps kept per
 pointer, and the fall-backs (a profiler's hooks, another current device, a launcher of another
 shape, a kernel of other parameters). The fakes are shaped as Triton 3.6's pieces: a JIT function
@@ -9,83 +9,34 @@ runs the real ones on Triton 3.6).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from types import SimpleNamespace
-
 import pytest
 import torch
+from gluon_fakes import ENCODED, HEAD, FakeDescriptor, FakeGluonKernel
 
-import kernel.gluon_launch as gluon_launch
-import kernel.launch as launch_module
-from kernel.gluon_config import GluonConfig
-from kernel.gluon_launch import GluonLaunchPlan
+import kernel.gluon.direct as gluon_direct
+import kernel.gluon.fwd.plan as gluon_launch
+import kernel.triton.launch as launch_module
+from kernel.gluon.fwd.config import GluonConfig
+from kernel.gluon.fwd.plan import GluonLaunchPlan
 
 ARG_NAMES = ["q_desc", "k_desc", "v_desc", "o_desc", "LSE", "H", "BH", "N_Q", "N_K", "qk_scale", "CAUSAL", "OVERLAP",
              "NUM_STAGES"]
-BASE_ARGS = 13            # grid (3), stream, function, 2 flags, 2 scratch buffers, metadata, launch metadata, 2 hooks
-ENCODED: list[int] = []   # the base pointer of every map make_tensordesc_arg encoded
 
 
-@dataclass
-class FakeDescriptor:
-    base: torch.Tensor
-    shape: list
-    strides: list
-    block_shape: list
-    layout: str
-    padding: str = "zero"
-
-
-def make_tensordesc_arg(arg, meta):
-    """The launcher's expansion of a descriptor: a map of its base pointer, then shape and strides."""
-    ENCODED.append(arg.base.data_ptr())
-    return [("map", arg.base.data_ptr(), tuple(arg.base.shape), meta), *arg.shape, *arg.strides]
-
-
-def wrap_handle_tensordesc(launcher, tensordesc_indices, tensordesc_meta):
-    """Triton 3.6's wrapper of the C entry point, as a closure of the same names."""
-    def inner(*args):
-        final_args, found = list(args[:BASE_ARGS]), 0
-        for i, arg in enumerate(args[BASE_ARGS:]):
-            if i in tensordesc_indices:
-                final_args.extend(make_tensordesc_arg(arg, tensordesc_meta[found]))
-                found += 1
-            else:
-                final_args.append(arg)
-        return launcher(*final_args)
-    return inner
-
-
-class Fake:
-    """A JIT function, its compiled kernel and launcher; ``log`` holds ("jit", ...) and ("entry", args)."""
+class FakeForward(FakeGluonKernel):
+    """The Gluon forward's JIT function, compiled kernel and launcher (its four descriptors wrapped)."""
 
     def __init__(self, metas=("m0", "m1", "m2", "m3"), wrapped=True, arg_names=ARG_NAMES):
-        self.log, self.arg_names = [], list(arg_names)
-        entry = lambda *args: self.log.append(("entry", args))            # noqa: E731 (the C entry point)
-        launch = wrap_handle_tensordesc(entry, {0, 1, 2, 3}, list(metas)) if wrapped else entry
-        self.run = SimpleNamespace(launch=launch, launch_cooperative_grid=False, launch_pdl=True,
-                                   global_scratch_size=0, profile_scratch_size=0)
-        self.function, self.packed_metadata = "FUNCTION", "PACKED"
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            self.log.append(("jit", grid, args, kwargs))
-            return self
-        return launch
+        super().__init__("gluon", [], arg_names, 4, wrapped, metas, pdl=True)
+        self.function = "FUNCTION"
 
     def arguments(self, q4, k4, v4, o4, lse, config, causal):
-        """kernel.flash_fwd_gluon.launch_arguments' shape: (kernel, args, constexprs, options)."""
+        """kernel.gluon.fwd.launch.launch_arguments' shape: (kernel, args, constexprs, options)."""
         descriptors = tuple(FakeDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 64, t.shape[3]], "LAYOUT")
                             for t in (q4, k4, v4, o4))
         batch, heads, n_q, _ = q4.shape
         args = (*descriptors, lse, heads, batch * heads, n_q, k4.shape[2], 0.125)
         return self, args, dict(CAUSAL=causal, OVERLAP=config.overlap, NUM_STAGES=config.num_stages), dict(num_warps=4)
-
-    def jit_launches(self):
-        return [entry for entry in self.log if entry[0] == "jit"]
-
-    def entries(self):
-        return [entry[1] for entry in self.log if entry[0] == "entry"]
 
 
 CONFIG = GluonConfig("ws", 128, 128, num_stages=2, persistent=1)
@@ -113,7 +64,7 @@ def _plan(fake, tensors, causal=True, **options):
 
 
 def test_the_first_call_is_the_jits_and_later_ones_pass_the_launcher_what_the_jit_passes():
-    fake, tensors = Fake(), _tensors()
+    fake, tensors = FakeForward(), _tensors()
     plan = _plan(fake, tensors)
     assert plan.grid == (4, 1, 1), "persistent=1 on 4 SMs: 4 programs for 2 x 6 tiles"
     plan(*tensors)
@@ -126,16 +77,16 @@ def test_the_first_call_is_the_jits_and_later_ones_pass_the_launcher_what_the_ji
     fake.run.launch(4, 1, 1, "STREAM", "FUNCTION", False, True, None, None, "PACKED", None, None, None,
                     *jit_args, True, True, 2)
     assert fake.entries()[1] == direct
-    assert direct[:BASE_ARGS] == (4, 1, 1, "STREAM", "FUNCTION", False, True, None, None, "PACKED", None, None, None)
+    assert direct[:HEAD] == (4, 1, 1, "STREAM", "FUNCTION", False, True, None, None, "PACKED", None, None, None)
     q, k, v, out, lse = tensors
     maps = [arg for arg in direct if isinstance(arg, tuple)]
     assert [(m[1], m[3]) for m in maps] == [(t.data_ptr(), f"m{i}") for i, t in enumerate((q, k, v, out))]
     # each map is followed by the descriptor's shape and strides (4 + 4), then lse, the scalars, the constexprs
-    assert direct[BASE_ARGS + 4 * 9:] == (lse, 3, 6, 200, 100, 0.125, True, True, 2)
+    assert direct[HEAD + 4 * 9:] == (lse, 3, 6, 200, 100, 0.125, True, True, 2)
 
 
 def test_each_pointer_gets_its_own_map_once():
-    fake, first = Fake(), _tensors()
+    fake, first = FakeForward(), _tensors()
     plan = _plan(fake, first)
     plan(*first)                                   # the JIT (the fake one encodes nothing)
     second = _tensors()
@@ -145,12 +96,12 @@ def test_each_pointer_gets_its_own_map_once():
     assert encoded_once == ENCODED
     for entry, tensors in zip(fake.entries(), (second, first, second, first)):
         assert [arg[1] for arg in entry if isinstance(arg, tuple)] == [t.data_ptr() for t in tensors[:4]]
-        assert entry[BASE_ARGS + 4 * 9] is tensors[4], "the lse of the call"
+        assert entry[HEAD + 4 * 9] is tensors[4], "the lse of the call"
 
 
 def test_the_kept_maps_start_over_past_their_limit(monkeypatch):
-    monkeypatch.setattr(gluon_launch, "MAP_LIMIT", 2)
-    fake, sets = Fake(), [_tensors() for _ in range(4)]
+    monkeypatch.setattr(gluon_direct, "MAP_LIMIT", 2)
+    fake, sets = FakeForward(), [_tensors() for _ in range(4)]
     plan = _plan(fake, sets[0])
     for tensors in sets:
         plan(*tensors)
@@ -161,7 +112,7 @@ def test_the_kept_maps_start_over_past_their_limit(monkeypatch):
 
 @pytest.mark.parametrize("why", ["a profiler's hooks", "another current device", "direct=False"])
 def test_every_call_goes_through_the_jit_when(why, monkeypatch):
-    fake, tensors = Fake(), _tensors()
+    fake, tensors = FakeForward(), _tensors()
     plan = _plan(fake, tensors, direct=why != "direct=False")
     plan(*tensors)
     if why == "a profiler's hooks":
@@ -176,7 +127,7 @@ def test_every_call_goes_through_the_jit_when(why, monkeypatch):
 @pytest.mark.parametrize("launcher", ["not Triton 3.6's wrapper", "a descriptor without metadata", "cache_maps=False"])
 def test_otherwise_descriptors_are_rebuilt_for_each_call(launcher):
     metas = ("m0", None, "m2", "m3") if launcher == "a descriptor without metadata" else ("m0", "m1", "m2", "m3")
-    fake = Fake(metas, wrapped=launcher != "not Triton 3.6's wrapper")
+    fake = FakeForward(metas, wrapped=launcher != "not Triton 3.6's wrapper")
     first, second = _tensors(), _tensors()
     plan = _plan(fake, first, cache_maps=launcher != "cache_maps=False")
     plan(*first)
@@ -185,11 +136,11 @@ def test_otherwise_descriptors_are_rebuilt_for_each_call(launcher):
     (_, _, jit_args, _), = fake.jit_launches()
     if launcher == "not Triton 3.6's wrapper":    # the runner gets descriptor objects, as the JIT gives them
         direct = fake.entries()[0]
-        rebuilt = direct[BASE_ARGS:BASE_ARGS + 4]
+        rebuilt = direct[HEAD:HEAD + 4]
         assert [d.base.data_ptr() for d in rebuilt] == [t.data_ptr() for t in second[:4]]
         assert [(d.shape, d.strides, d.block_shape, d.layout) for d in rebuilt] == [
             (d.shape, d.strides, d.block_shape, d.layout) for d in jit_args[:4]]
-        assert direct[BASE_ARGS + 4:] == (second[4], *jit_args[5:], True, True, 2)
+        assert direct[HEAD + 4:] == (second[4], *jit_args[5:], True, True, 2)
     else:                                         # the wrapper expands them, every call anew
         assert [arg[1] for arg in fake.entries()[0] if isinstance(arg, tuple)] == [t.data_ptr() for t in second[:4]]
         plan(*second)
@@ -197,7 +148,7 @@ def test_otherwise_descriptors_are_rebuilt_for_each_call(launcher):
 
 
 def test_a_kernel_with_other_parameters_stays_on_the_jit():
-    fake, tensors = Fake(arg_names=["q", *ARG_NAMES[1:]]), _tensors()
+    fake, tensors = FakeForward(arg_names=["q", *ARG_NAMES[1:]]), _tensors()
     plan = _plan(fake, tensors)
     plan(*tensors)
     plan(*tensors)
@@ -205,7 +156,7 @@ def test_a_kernel_with_other_parameters_stays_on_the_jit():
 
 
 def test_three_d_inputs_are_read_as_one_head():
-    fake = Fake()
+    fake = FakeForward()
     tensors = _tensors((2, 200, 64))
     plan = _plan(fake, tensors)
     plan(*tensors)
@@ -218,7 +169,7 @@ def test_three_d_inputs_are_read_as_one_head():
 
 
 def test_outputs_are_checked_against_the_inputs_on_every_call():
-    fake = Fake()
+    fake = FakeForward()
     q, k, v, out, lse = _tensors((2, 3, 100, 64))
     plan = _plan(fake, (q, k, v, out, lse))
     plan(q, k, v, out, lse)
@@ -233,7 +184,7 @@ def test_outputs_are_checked_against_the_inputs_on_every_call():
 
 
 def test_no_query_rows_or_no_keys_launch_nothing():
-    fake = Fake()
+    fake = FakeForward()
     empty = _tensors((2, 3, 0, 64))
     assert _plan(fake, empty).grid is None
     _plan(fake, empty)(*empty)
@@ -245,7 +196,7 @@ def test_no_query_rows_or_no_keys_launch_nothing():
 
 
 def test_inputs_with_a_non_unit_last_stride_are_copied_and_read_from_the_copy():
-    fake = Fake()
+    fake = FakeForward()
     q, k, v, out, lse = _tensors()
     strided = q.transpose(-1, -2).contiguous().transpose(-1, -2)
     plan = _plan(fake, (strided, k, v, out, lse))

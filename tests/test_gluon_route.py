@@ -1,4 +1,4 @@
-"""The default forward call's route (kernel/gluon_route.py): the Gluon kernel exactly where the table
+"""The default forward call's route (kernel/route.py): the Gluon kernel exactly where the table
 says, on sm_90 with Triton 3.6, for inputs the Gluon launcher takes; the Triton kernel everywhere else.
 
 * CPU: the detection (the interpreter, the device, the capability, the Triton version) with the
@@ -14,10 +14,12 @@ import pytest
 import torch
 
 import kernel
-import kernel.flash_fwd_gluon as gluon_module
-import kernel.gluon_route as route
-from kernel.flash_fwd import JIT_KERNEL, KNOB_DEFAULTS, plan_for
-from kernel.launch import PLANS, LaunchPlan
+import kernel.gluon.api as gluon_api
+import kernel.gluon.fwd.launch as gluon_module
+import kernel.route as route
+import kernel.route_table as route_table
+from kernel.triton.fwd import JIT_KERNEL, KNOB_DEFAULTS, plan_for
+from kernel.triton.launch import PLANS, LaunchPlan
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +31,7 @@ def fresh_plans():
 
 
 def _default_plan(q, k, v, causal=False, out=None, lse=None):
-    return plan_for(JIT_KERNEL, KNOB_DEFAULTS, q, k, v, causal, out, lse)
+    return plan_for(JIT_KERNEL, KNOB_DEFAULTS, q, k, v, causal, out, lse, route.gluon_plan)
 
 
 # ---------------------------------------------------------------------------------- detection
@@ -46,7 +48,7 @@ def test_the_interpreter_never_routes(monkeypatch):
 def _hopper_with_triton_36(monkeypatch, capability=90):
     monkeypatch.setattr(route, "interpreting", lambda: False)
     monkeypatch.setattr(route, "capability_of", lambda device: capability)
-    monkeypatch.setattr(gluon_module, "gluon_api_support", lambda: None)
+    monkeypatch.setattr(gluon_api, "gluon_api_support", lambda: None)
 
 
 def test_only_a_cuda_sm90_device_with_triton_36_routes(monkeypatch):
@@ -67,12 +69,12 @@ def test_a_triton_other_than_36_is_named_and_never_routes(monkeypatch, version):
     monkeypatch.setattr(route, "interpreting", lambda: False)
     monkeypatch.setattr(route, "capability_of", lambda device: 90)
     monkeypatch.setattr(triton, "__version__", version)
-    gluon_module.gluon_api_support.cache_clear()
+    gluon_api.gluon_api_support.cache_clear()
     try:
         reason = route.route_reason(torch.device("cuda", 0))
         variant = route.default_variant(128, False, torch.device("cuda", 0))
     finally:
-        gluon_module.gluon_api_support.cache_clear()       # the next caller reads the real Triton
+        gluon_api.gluon_api_support.cache_clear()       # the next caller reads the real Triton
     assert reason is not None and f"Triton {version}" in reason and "3.6" in reason
     assert variant is None
 
@@ -98,6 +100,8 @@ def routed(monkeypatch) -> list:
     monkeypatch.setattr(route, "route_reason", lambda device: None)
     monkeypatch.setattr(route, "ROUTE_MIN_FLOPS", 0)
     monkeypatch.setattr(gluon_module, "checked_plan", plan)
+    monkeypatch.setattr(route_table, "FORWARD", {})      # the typed tables alone (kernel.route_table: its tests)
+    monkeypatch.setattr(route_table, "BACKWARD", {})
     return calls
 
 
@@ -201,7 +205,7 @@ LENGTHS = [1, 16, 17, 63, 64, 65, 127, 128, 129]
 @pytest.fixture
 def spied(monkeypatch) -> list:
     """The real Gluon launch plans, recording the variant of each call."""
-    from kernel.gluon_launch import GluonLaunchPlan
+    from kernel.gluon.fwd.plan import GluonLaunchPlan
 
     calls, real = [], GluonLaunchPlan.__call__
 

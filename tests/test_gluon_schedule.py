@@ -1,6 +1,6 @@
 """The Gluon kernels' schedule, mirrored in PyTorch and checked against the reference.
 
-``kernel/gluon_attention.py`` splits the work in ways a GPU run may not cover shape by shape:
+``kernel/gluon/attention.py`` splits the work in ways a GPU run may not cover shape by shape:
 persistent programs walking tiles (``tile_coords``), each consumer taking the whole tile's
 key range (``key_tiles``), tile 0 always through the mask and later tiles masked from
 ``max(full, 1)``, and the overlapped step that adds P_{j-1} V_{j-1} before rescaling by tile

@@ -1,4 +1,4 @@
-"""The ws forward's last wave split over the keys (kernel/gluon_split.py): which launches split, and
+"""The ws forward's last wave split over the keys (kernel/gluon/fwd/split.py): which launches split, and
 the merge of the parts (a Triton kernel: under the interpreter on the CPU, against float64 math)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from kernel.gluon_config import GluonConfig, default_gluon_config
-from kernel.gluon_split import MAX_SPLITS, TailSplit, merge_parts, tail_split
+from kernel.gluon.fwd.config import GluonConfig, default_gluon_config
+from kernel.gluon.fwd.split import MAX_SPLITS, TailSplit, merge_parts, tail_split
 
 D64 = default_gluon_config(64, False, "ws")          # 192-row tiles, in order, persistent
 
@@ -99,8 +99,8 @@ import json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from kernel.gluon_split import MAX_SPLITS, MERGE_ROWS, _merge_kernel
-from kernel.gluon_compile import resource_usage
+from kernel.gluon.fwd.split import MAX_SPLITS, MERGE_ROWS, _merge_kernel
+from kernel.gluon.fwd.compile import resource_usage
 from tuner.kernels import specialise
 
 block_m, head_dim = int(sys.argv[1]), int(sys.argv[2])

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from kernel.gluon_config import GluonConfig, default_gluon_config
+from kernel.gluon.fwd.config import GluonConfig, default_gluon_config
 from tuner import kernels
 from tuner.budget import check_many
 from tuner.gpus import GpuSpec
@@ -79,16 +79,16 @@ def test_budget_verdicts_on_ada_are_unsupported_without_compiling(monkeypatch, t
 def test_budget_verdicts_on_a_triton_other_than_36_name_the_version(monkeypatch, tmp_path, version):
     import triton
 
-    import kernel.flash_fwd_gluon as gluon_module
+    import kernel.gluon.api as gluon_api
 
     monkeypatch.setattr(triton, "__version__", version)
     monkeypatch.setenv("FA2_TUNER_CACHE", str(tmp_path))
     _no_compiles(monkeypatch)
-    gluon_module.gluon_api_support.cache_clear()
+    gluon_api.gluon_api_support.cache_clear()
     try:
         results = check_many(load("hopper_gluon").configs()[:6], PROBLEM, GpuSpec.from_name("sm_90"))
     finally:
-        gluon_module.gluon_api_support.cache_clear()
+        gluon_api.gluon_api_support.cache_clear()
     for result in results:
         assert result.verdict == Status.UNSUPPORTED and f"Triton {version}" in result.reason, result.reason
 
@@ -107,7 +107,7 @@ def test_restrictions_name_what_no_compiler_beats():
 
 
 def test_keys_parse_back_and_the_emitted_list_pastes_into_the_entry_point():
-    from kernel.gluon_autotune import AutotunedGluonForward
+    from kernel.gluon.fwd.autotune import AutotunedGluonForward
 
     configs = load("hopper_gluon").configs() + [GluonFwdConfig(128, 64, 4, 3, True, True, 2, 32, 232),
                                                  GluonFwdConfig(64, 64, 4, 1)]
@@ -119,7 +119,7 @@ def test_keys_parse_back_and_the_emitted_list_pastes_into_the_entry_point():
         assert isinstance(entry, GluonConfig) and entry == to_kernel(config), source
         assert KERNEL.from_triton(entry) == config
         pasted.append(entry)
-    assert KERNEL.emitted_imports == "from kernel.gluon_config import GluonConfig"
+    assert KERNEL.emitted_imports == "from kernel.gluon.fwd.config import GluonConfig"
     assert len(AutotunedGluonForward(pasted).configs) == len(configs)
     with pytest.raises(ValueError, match="GluonConfig"):
         AutotunedGluonForward([replace(configs[0])])
@@ -127,7 +127,7 @@ def test_keys_parse_back_and_the_emitted_list_pastes_into_the_entry_point():
 
 def test_the_smem_model_is_the_gluon_configs_and_dtype_aware():
     config = GluonFwdConfig(128, 128, 4, 2, overlap=True, pingpong=True, persistent=1)
-    from kernel.gluon_config import smem_bytes
+    from kernel.gluon.fwd.config import smem_bytes
 
     sm90 = GpuSpec.from_name("sm_90")
     assert KERNEL.model_smem_bytes(config, PROBLEM, sm90) == smem_bytes(GluonConfig("ws", 128, 128, 2, True, True, 1),

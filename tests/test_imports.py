@@ -15,16 +15,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kernel", "tuner", "benchmarks")
 FLOORS = {
-    0: ["kernel"],
-    1: ["tuner.problem", "tuner.status", "tuner.gpus", "tuner.space", "tuner.formatting", "tuner.outcome",
+    # kernel/: what the GPU is, stopwatches and references; the checks; the Triton kernels, which never
+    # import Gluon; the Gluon kernels; the route between them; the entry points.
+    0: ["kernel.arch", "kernel.measure", "kernel.reference", "kernel.gluon.smem", "kernel.route_table"],
+    1: ["kernel.checks"],
+    2: ["kernel.triton"],
+    3: ["kernel.gluon"],
+    4: ["kernel.route"],
+    5: ["kernel.forward", "kernel.backward", "kernel.autograd"],
+    6: ["tuner.problem", "tuner.status", "tuner.gpus", "tuner.space", "tuner.formatting", "tuner.outcome",
         "tuner.store", "tuner.studies", "tuner.gate", "tuner.counters", "tuner.trace", "tuner.spawn"],
-    2: ["tuner.kernels", "tuner.worker_rounds", "tuner.samplers", "tuner.pipeline"],
-    3: ["tuner.study", "tuner.budget", "tuner.search", "tuner.pre_gpu_stages", "tuner.runner"],
-    4: ["tuner.records", "tuner.finalists", "tuner.winners", "tuner.report", "tuner.contenders"],
-    5: ["tuner.driver", "tuner.budget_only", "tuner.emit", "tuner.verify", "tuner.dashboard", "tuner.profile"],
-    6: ["tuner.sweep", "tuner.__main__", "tuner.commands", "tuner.outputs"],
-    7: ["benchmarks"],
+    7: ["tuner.kernels", "tuner.worker_rounds", "tuner.samplers", "tuner.pipeline"],
+    8: ["tuner.study", "tuner.budget", "tuner.search", "tuner.pre_gpu_stages", "tuner.runner"],
+    9: ["tuner.records", "tuner.finalists", "tuner.winners", "tuner.report", "tuner.contenders"],
+    10: ["tuner.driver", "tuner.budget_only", "tuner.emit", "tuner.verify", "tuner.dashboard", "tuner.profile"],
+    11: ["tuner.sweep", "tuner.__main__", "tuner.commands", "tuner.outputs"],
+    12: ["benchmarks"],
 }
+
 MAX_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -181,7 +189,7 @@ def test_the_private_module_rule_sees_private_modules():
 
 def private_kernel_names(source: str) -> list[str]:
     """Private names of ``kernel`` a source uses: ``from kernel.x import _y``, and ``x._y`` where
-    ``x`` is ``kernel`` or a module of it (``kernel.flash_fwd._flash_fwd_kernel``)."""
+    ``x`` is ``kernel`` or a module of it (``kernel.triton.fwd._flash_fwd_kernel``)."""
     tree = ast.parse(source)
     used, modules = [], {"kernel"}
     for node in ast.walk(tree):
@@ -209,10 +217,11 @@ def test_the_tuner_and_the_benchmarks_use_no_private_name_of_the_kernel():
     sources = [p for package in ("tuner", "benchmarks", "scripts") for p in (ROOT / package).rglob("*.py")]
     offenders = [(str(p.relative_to(ROOT)), name) for p in sources for name in private_kernel_names(p.read_text())]
     assert not offenders, offenders
-    planted = ("from kernel.flash_fwd import _attend_tiles\nimport kernel.flash_fwd as ff\nfrom kernel import launch\n"
-               "x = ff._PLANS, kernel.flash_fwd._flash_fwd_kernel, launch._busy, ff.KNOBS, ff.__name__\n")
-    assert private_kernel_names(planted) == ["kernel.flash_fwd._attend_tiles", "ff._PLANS",
-                                             "kernel.flash_fwd._flash_fwd_kernel", "launch._busy"]
+    planted = ("from kernel.triton.fwd import _attend_tiles\nimport kernel.triton.fwd as ff\n"
+               "from kernel.triton import launch\n"
+               "x = ff._PLANS, kernel.triton.fwd._flash_fwd_kernel, launch._busy, ff.KNOBS, ff.__name__\n")
+    assert private_kernel_names(planted) == ["kernel.triton.fwd._attend_tiles", "ff._PLANS",
+                                             "kernel.triton.fwd._flash_fwd_kernel", "launch._busy"]
 
 
 def test_modules_and_functions_stay_small():
@@ -228,3 +237,43 @@ def test_modules_and_functions_stay_small():
                 if length > MAX_FUNCTION_LINES:
                     too_long.append(f"{relative}:{node.lineno} {node.name}: {length} lines > {MAX_FUNCTION_LINES}")
     assert not too_long, "\n".join(too_long)
+
+
+# ------------------------------------------------------------------ the layout's bars (issue 41)
+
+
+def test_kernels_top_level_holds_entry_points_route_and_arch_and_no_gluon_module():
+    top = sorted(p.stem for p in (ROOT / "kernel").glob("*.py") if p.stem != "__init__")
+    assert len(top) <= 14 and not [name for name in top if "gluon" in name], top
+    assert {"arch", "route", "forward", "backward", "autograd"} <= set(top)
+    for package in ("triton", "gluon", "gluon/fwd", "gluon/bwd", "measure"):
+        assert (ROOT / "kernel" / package / "__init__.py").is_file(), package
+
+
+HOPPER_TEST = r"(capability|cap)\w*\s*(//\s*10|[<>]=?\s*(90|100|120)\b|[=!]=\s*(9|90)\b)|\b(90|9)\s*<=?\s*\w*capability"
+
+
+def hopper_tests(source: str) -> list[str]:
+    """Lines that decide "is this GPU a Hopper / TMA / wgmma?" by comparing a capability with a number."""
+    import re
+
+    return [line.strip() for line in source.splitlines() if re.search(HOPPER_TEST, line)]
+
+
+def test_the_hopper_test_is_written_in_kernel_arch_only():
+    """kernel.arch answers what the GPU is and can do; every other module of kernel/ and tuner/ asks it."""
+    found = {str(p.relative_to(ROOT)): hopper_tests(p.read_text()) for package in ("kernel", "tuner")
+             for p in (ROOT / package).rglob("*.py")}
+    assert [path for path, lines in found.items() if lines] == ["kernel/arch.py"], found
+    assert hopper_tests("if gpu.capability // 10 != HOPPER:") and hopper_tests("hopper = 90 <= capability < 100")
+    assert hopper_tests("if gpu.capability < 90:") and not hopper_tests("if is_hopper(gpu.capability):")
+
+
+def test_no_test_class_is_defined_in_two_files():
+    """One set of fakes (tests/gluon_fakes.py and the like), not copies that drift apart."""
+    where: dict[str, set[str]] = {}
+    for path in (ROOT / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, set()).add(path.name)
+    assert not {name: files for name, files in where.items() if len(files) > 1}

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import kernel
-from kernel.flash_fwd import JIT_KERNEL, plan_for
-from kernel.launch import PLANS
 from kernel.reference import rel_err
+from kernel.triton.fwd import JIT_KERNEL, plan_for
+from kernel.triton.launch import PLANS
 
 FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
 GPU_ONLY = pytest.mark.gpu
@@ -265,11 +265,11 @@ def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, config, 
     """The direct path as Triton's own launch would make it: grid, stream, function, (the C entry
     point's cooperative and PDL flags and scratch buffers), packed metadata, no launch metadata or
     hooks, then every kernel argument with the constexprs. CI has no GPU, so a fake launcher records."""
-    import kernel.launch as ff
+    import kernel.triton.launch as ff
 
     calls = []
 
-    class Launcher:
+    class RecordingLauncher:
         launch_cooperative_grid, launch_pdl, global_scratch_size, profile_scratch_size = 0, 1, 0, 0
 
         def __call__(self, *args):
@@ -279,7 +279,7 @@ def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, config, 
             calls.append(("entry", args))
 
     class Compiled:
-        function, packed_metadata, run = "FUNCTION", "PACKED", Launcher()
+        function, packed_metadata, run = "FUNCTION", "PACKED", RecordingLauncher()
 
     monkeypatch.setattr(ff, "_DIRECT_LAUNCH", direct)
     monkeypatch.setattr(ff, "_current_device", lambda: None if device == "cpu" else 0)
@@ -296,7 +296,7 @@ def test_a_planned_call_passes_the_launcher_what_the_jit_passes(direct, config, 
     assert calls[0][0] == ("entry" if direct else "wrapper")
     assert calls[0][1][:len(head)] == head
     # the knob constexprs in signature order: the ones the case sets, then the defaults of any others
-    constexprs = (*knobs, *(default for _, default in kernel.flash_fwd.KNOB_CONSTEXPRS[len(knobs):]))
+    constexprs = (*knobs, *(default for _, default in kernel.triton.fwd.KNOB_CONSTEXPRS[len(knobs):]))
     assert calls[0][1][len(head):] == (*args, 16, 32, 16, True, *constexprs)
 
 
@@ -329,7 +329,7 @@ def test_the_compiled_launch_path_matches_the_jit_path(device, fresh_inputs, ass
 
 @GPU_ONLY
 def test_the_autotuned_entry_point_launches_its_pick_directly(device, fresh_inputs, assert_matches_reference):
-    from kernel.autotuned import flash_attn_fwd_autotuned as entry
+    from kernel.triton.autotune import flash_attn_fwd_autotuned as entry
 
     q, k, v, seed = fresh_inputs((2, 4, 1024, 64), (2, 4, 1024, 64), BF16, device)
     outs = [entry(q, k, v, False) for _ in range(3)]
@@ -355,7 +355,7 @@ def test_bf16_tiles_ragged_gpu(tile, causal, device, fresh_inputs, assert_matche
 def test_the_hopper_defaults_drop_tma_at_a_length_of_one(n_q, n_k):
     """The JIT makes a length of 1 a constant, and the Hopper pipeliner then fails on TMA
     descriptors (seen on the H200): the default call takes plain loads there, TMA elsewhere."""
-    from kernel.flash_fwd import KNOB_DEFAULTS, _with_defaults
+    from kernel.triton.fwd import KNOB_DEFAULTS, _with_defaults
 
     q, k = torch.zeros(1, 2, n_q, 64), torch.zeros(1, 2, n_k, 64)
     unset = (None, None, None, None) + KNOB_DEFAULTS[4:]
@@ -371,7 +371,7 @@ def test_the_hopper_defaults_drop_tma_at_a_length_of_one(n_q, n_k):
 def test_the_autotuned_entry_drops_tma_configs_at_a_length_of_one():
     import triton
 
-    from kernel.autotuned import _without_tma_at_length_one
+    from kernel.triton.autotune import _without_tma_at_length_one
 
     configs = [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "TMA": True}), triton.Config({"BLOCK_M": 64,
                                                                                           "BLOCK_N": 64})]
@@ -411,8 +411,8 @@ def test_the_default_call_at_every_short_length_on_a_gpu(n):
 def test_every_emitted_config_at_a_length_of_one_and_a_ragged_one_on_a_gpu(n):
     """Each config of the shipped lists (kernel/configs_h200*.py) at N=1 (a constant to the JIT;
     its TMA configs are what the autotuned entry leaves out there) and N=17 (no divisibility)."""
-    from kernel import configs_h200, configs_h200_knobs
-    from kernel.autotuned import _without_tma_at_length_one
+    from kernel.triton import configs_h200, configs_h200_knobs
+    from kernel.triton.autotune import _without_tma_at_length_one
 
     triton_configs = _without_tma_at_length_one(configs_h200.CONFIGS + configs_h200_knobs.CONFIGS,
                                                 {"N_Q": n, "N_K": n})

@@ -192,7 +192,7 @@ def test_the_forward_is_one_compile_unit_specialised_as_the_launch():
 
 
 def test_the_re_timing_loop_rotates_the_order_and_holds_each_pin_around_its_candidate():
-    from kernel.timing import interleaved_rounds, round_orders
+    from kernel.measure.timing import interleaved_rounds, round_orders
 
     seen, pinned = [], []
 

@@ -91,7 +91,7 @@ def test_bad_knob_values_name_the_value(knob, value, message, device):
 
 def test_knobs_are_part_of_the_plan(device):
     """A call with a knob must never reuse the plain config's plan (and its binary)."""
-    from kernel.launch import PLANS
+    from kernel.triton.launch import PLANS
 
     q = torch.randn(1, 2, 40, 16, device=device)
     kernel.flash_attn_fwd(q, q, q, block_m=16, block_n=16)
@@ -137,8 +137,8 @@ def test_a_default_call_drops_tma_where_the_layout_cannot_take_it(device, fresh_
                                                                    assert_matches_reference):
     """A call that names no config must never fail on a layout only TMA refuses: the default's
     TMA is dropped there (an explicit tma=True is refused, see above)."""
-    import kernel.flash_fwd as ff
-    from kernel.launch import PLANS
+    import kernel.triton.fwd as ff
+    from kernel.triton.launch import PLANS
 
     monkeypatch.setattr(ff, "default_config", lambda head_dim, causal, capability=None: dict(
         block_m=16, block_n=16, num_warps=4, num_stages=2, tma=True, persistent=1))

@@ -42,7 +42,8 @@ BENCHMARKS = ("vs_sdpa", "knobs", "search", "timing", "store", "timing_experimen
 def test_the_wheel_ships_the_studies_and_the_packages(installed):
     assert {p.name for p in (installed / "tuner" / "studies").glob("*.toml")} >= {
         "article.toml", "head_dim_128.toml", "long_context.toml", "autotune_race.toml"}
-    assert (installed / "kernel" / "flash_fwd.py").exists() and (installed / "kernel" / "launch.py").exists()
+    for module in ("triton/fwd.py", "gluon/fwd/kernel_ws.py", "gluon/bwd/kernel.py", "measure/timing.py", "arch.py"):
+        assert (installed / "kernel" / module).exists(), module
     assert (installed / "tuner" / "kernels" / "triton_fwd.py").exists()
     assert {f"{name}.py" for name in BENCHMARKS} <= {p.name for p in (installed / "benchmarks").glob("*.py")}
     assert (installed / "tuner" / "budget" / "__main__.py").exists()

@@ -1,4 +1,4 @@
-"""The finalists' power check (kernel.retime.power_check): the configs close to the leader run alone
+"""The finalists' power check (kernel.measure.retime.power_check): the configs close to the leader run alone
 until the power cap acts, and the figure that decides is the clock-free one at the clock each holds
 there (``sustained``). Fake candidates: a config's cycles are fixed, its clock in the paired windows
 is the same for all, its clock alone is its own."""
@@ -11,7 +11,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernel.retime import PAIRED, POWER, SUSTAINED, Rounds, Sample, adaptive_rounds, all_figures, power_check
+from kernel.measure.retime import (
+    PAIRED,
+    POWER,
+    SUSTAINED,
+    Rounds,
+    Sample,
+    adaptive_rounds,
+    all_figures,
+    power_check,
+)
 from tuner.finalists import judge_rounds, protocol
 from tuner.outcome import SDPA_KEYS
 
@@ -117,7 +126,7 @@ def test_the_power_trace_bins_the_clock_after_a_switch():
 
 
 def test_every_deciding_figure_s_name_fits_the_store_s_column():
-    from kernel.retime import PREFERENCE
+    from kernel.measure.retime import PREFERENCE
     from tuner.store import Finalist
 
     width = Finalist.__table__.c.figure.type.length
@@ -136,7 +145,7 @@ def test_the_device_script_s_close_pair_study_holds_issue_24_s_pair_plain():
 
 
 def test_a_winner_on_the_sustained_figure_by_less_than_one_clock_reading_s_noise_keeps_the_runner_up():
-    from kernel.retime import ALONE_NOISE
+    from kernel.measure.retime import ALONE_NOISE
 
     # 1% fewer cycles, clocked 0.5% lower alone: 0.5% ahead on sustained, under ALONE_NOISE
     rounds = _rounds({"a": Captured(1000.0, 1970.0), "b": Captured(1010.0, 1980.0)})

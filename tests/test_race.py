@@ -22,7 +22,7 @@ def test_the_lists_are_200_and_48_configs_on_an_h200_half_of_them_tma():
 
 
 def test_autotune_gets_the_knobs_as_the_emitted_list_writes_them():
-    from kernel.autotuned import AutotunedFlashAttention
+    from kernel.triton.autotune import AutotunedFlashAttention
     from tuner.kernels.triton_fwd import KERNEL
 
     keys = ["128x64_w8_s3", "128x64_w8_s3_tma", "64x32_w4_s2_tma"]

@@ -281,7 +281,7 @@ def test_small_sweep_on_the_gpu(tmp_path, capsys, query):
     # the clock beside every time where NVML is there; the finalists decided on the ratio to SDPA
     # replayed alternately with each config, cycle by cycle (captured graphs on both sides), with or without NVML,
     # at the clock each holds alone where the power check ran (configs within 4% of the leader, with NVML)
-    from kernel.clock import sm_clock
+    from kernel.measure.clock import sm_clock
 
     clocked = query(db, "select count(*) from fa2_results where status = 'timed' and clock_mhz > 500 and "
                         "abs(cycles - ms * clock_mhz * 1000) < 1e-6 * cycles")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel import timing
+from kernel.measure import timing
 
 
 def test_enough_input_sets_to_hold_twice_the_l2(monkeypatch):
@@ -52,7 +52,7 @@ def test_a_planned_call_costs_the_host_far_less_than_the_jit_launch():
     import statistics
 
     from kernel import flash_attn_fwd
-    from kernel.flash_fwd import JIT_KERNEL, plan_for
+    from kernel.triton.fwd import JIT_KERNEL, plan_for
 
     q, k, v = (torch.randn(4, 8, 512, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     config = dict(block_m=128, block_n=64, num_warps=8, num_stages=3)

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from kernel import timing
+from kernel.measure import timing
 from tuner.kernels.triton_bwd import KERNEL as BWD
 from tuner.kernels.triton_fwd import KERNEL as FWD, FwdConfig
 from tuner.problem import Problem
@@ -176,7 +176,7 @@ def test_host_us_together_interleaves_the_paths_batches_and_pins_each_batch(monk
     path runs inside its pin, and each path gets the median of its own batches."""
     import contextlib
 
-    from kernel import timing
+    from kernel.measure import timing
 
     monkeypatch.setattr(timing.torch.cuda, "synchronize", lambda: None)
     order, inside = [], []
@@ -207,7 +207,7 @@ def test_host_us_together_interleaves_the_paths_batches_and_pins_each_batch(monk
 def test_kept_scratch_holds_every_tma_scratch_until_the_block_ends(monkeypatch):
     """Triton drops a launch's scratch as it returns; inside kept_scratch() (a dK/dV kernel beside its
     dQ pass on another stream) each one is held until the block closes, nested blocks restoring the outer."""
-    from kernel import launch
+    from kernel.triton import launch
 
     monkeypatch.setattr(launch.torch, "empty", lambda size, dtype, device: torch.zeros(size, dtype=dtype))
     assert launch._KEPT_SCRATCH is None

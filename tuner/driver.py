@@ -18,7 +18,7 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from kernel.timing import WALL
+from kernel.measure.timing import WALL
 from tuner import finalists, records, report, search
 from tuner.budget import CompilePool, CompileTask
 from tuner.budget_only import budget_only, search_study_name
@@ -53,7 +53,7 @@ class SweepOptions:
     device: str = "cuda"
     finalists: int = 5           # re-timed per shape after the search (0: none)
     rounds: int | None = None    # adaptive: the most rounds (default 10); fixed: the rounds (default 5)
-    retime: str = "adaptive"     # or "fixed": the protocol before it (kernel.retime's module doc)
+    retime: str = "adaptive"     # or "fixed": the protocol before it (kernel.measure.retime's module doc)
     workers: int = 1             # GPU worker processes, one per device (threads of this sweep drive them)
     edge_gate: str = "contenders"    # or "all": whose edge shapes are checked (tuner.contenders)
 

@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m tuner.emit",
         description="Write the sweep's best configs as a @triton.autotune config list (and print it).",
         epilog="examples:\n  python -m tuner.emit --study article --gpu sm_90\n"
-               "  python -m tuner.emit --study article --gpu sm_90 --top 4 --out kernel/configs_h200.py\n"
+               "  python -m tuner.emit --study article --gpu sm_90 --top 4 --out kernel/triton/configs_h200.py\n"
                "  python -m tuner.emit --study article --gpu sm_90 --verify out.md   # on the GPU: autotune vs best",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", required=True, help="study name or file, as given to the sweep")

@@ -3,9 +3,9 @@
 A search times each config once, so two configs a few percent apart can swap places
 from one run to the next. The finalists of a shape (its top K by time, plus the best
 config overall) are therefore timed again side by side, in interleaved rounds whose
-order rotates, until the leader is known (:func:`kernel.retime.adaptive_rounds`; or the
-fixed protocol, :func:`kernel.timing.interleaved_rounds`), and the winner is the best
-*median* over rounds of the deciding figure (:func:`kernel.retime.figures`): the ratio to SDPA
+order rotates, until the leader is known (:func:`kernel.measure.retime.adaptive_rounds`; or the
+fixed protocol, :func:`kernel.measure.timing.interleaved_rounds`), and the winner is the best
+*median* over rounds of the deciding figure (:func:`kernel.measure.retime.figures`): the ratio to SDPA
 replayed alternately with the config in the same window, else cycles (ms x SM clock) where NVML
 read the clock, else the ratio to SDPA timed in the same round, else ms. Everything here is a pure
 function of timings; the worker measures, :mod:`tuner.driver` stores, :mod:`tuner.winners` reads the verdicts back.
@@ -18,8 +18,8 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from kernel.clock import cycles
-from kernel.retime import (
+from kernel.measure.clock import cycles
+from kernel.measure.retime import (
     ADAPTIVE,
     ALONE_NOISE,
     CYCLES,
@@ -33,7 +33,7 @@ from kernel.retime import (
     figures as round_figures,
     spread,
 )
-from kernel.timing import round_orders
+from kernel.measure.timing import round_orders
 from tuner.outcome import SDPA_KEYS
 from tuner.records import best_across_shapes, fastest_first, timed_on
 from tuner.store import Finalist, Result
@@ -47,8 +47,8 @@ FIXED_ROUNDS = 5
 
 def protocol(retime: str = "adaptive", rounds: int | None = None) -> tuple:
     """The re-timing a worker is asked for (:meth:`tuner.runner.WorkerBench.retime`): adaptive with
-    ``rounds`` as its most (:data:`kernel.retime.ADAPTIVE`), ending with the power check
-    (:data:`kernel.retime.POWER`), or fixed with ``rounds`` (default 5)."""
+    ``rounds`` as its most (:data:`kernel.measure.retime.ADAPTIVE`), ending with the power check
+    (:data:`kernel.measure.retime.POWER`), or fixed with ``rounds`` (default 5)."""
     if retime == "fixed":
         return "fixed", rounds or FIXED_ROUNDS
     settle_ms, rep_ms, least, most = ADAPTIVE
@@ -74,7 +74,7 @@ def select_finalists(rows: list[Result], top: int = 5) -> dict[str, list[str]]:
 @dataclass(frozen=True)
 class FinalistTiming:
     """One config's times over the rounds (ms), and the figure that decides per round
-    (:func:`kernel.retime.figures`: cycles, or the ratio to SDPA of the same round; empty: the ms)."""
+    (:func:`kernel.measure.retime.figures`: cycles, or the ratio to SDPA of the same round; empty: the ms)."""
 
     config: str
     times: tuple[float, ...]
@@ -113,14 +113,14 @@ class FinalistTiming:
 @dataclass(frozen=True)
 class ShapeVerdict:
     """A shape's finalists ranked by the median of the deciding figure (``figure``: one of
-    :data:`kernel.retime.PREFERENCE`), and whether the winner is ahead by more than the noise."""
+    :data:`kernel.measure.retime.PREFERENCE`), and whether the winner is ahead by more than the noise."""
 
     shape: str
     ranked: tuple[FinalistTiming, ...]
     flash_ms: float | None = None       # SDPA's backends, median over the same rounds (None: not re-timed)
     cudnn_ms: float | None = None
     figure: str = MS
-    stopped: str | None = None          # why the rounds stopped (kernel.retime.Rounds.stopped), None: unknown
+    stopped: str | None = None          # why the rounds stopped (kernel.measure.retime.Rounds.stopped), None: unknown
 
     def sdpa_ms(self, row: Result) -> tuple[float | None, float | None]:
         """(flash, cuDNN) ms to compare this shape's re-timed finalists with: SDPA re-timed in
@@ -143,7 +143,7 @@ class ShapeVerdict:
     @property
     def noise(self) -> float:
         """The larger spread of the two that are compared, on the deciding figure; on ``sustained``
-        plus :data:`kernel.retime.ALONE_NOISE` (each one's clock alone was read once, and its
+        plus :data:`kernel.measure.retime.ALONE_NOISE` (each one's clock alone was read once, and its
         rounds' spread does not hold that reading's own noise)."""
         return max(t.spread for t in self.ranked[:2]) + (ALONE_NOISE if self.figure == SUSTAINED else 0.0)
 
@@ -188,8 +188,8 @@ def judge(shape: str, times: dict[str, list[float]], sdpa: dict[str, float | Non
 
 
 def judge_rounds(shape: str, rounds: Rounds) -> ShapeVerdict:
-    """The verdict of a re-timing (:class:`kernel.retime.Rounds`, SDPA's backends under
-    :data:`SDPA_KEYS`): decided on :func:`kernel.retime.figures` (at the clock each holds alone where the
+    """The verdict of a re-timing (:class:`kernel.measure.retime.Rounds`, SDPA's backends under
+    :data:`SDPA_KEYS`): decided on :func:`kernel.measure.retime.figures` (at the clock each holds alone where the
     power check ran: the paired ratio to SDPA, cycles,
     the ratio to SDPA of the same round, or ms, the first that every measurement allows)."""
     reference = [SDPA_KEYS["flash"], SDPA_KEYS["cudnn"]]

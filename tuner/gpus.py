@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kernel.arch import smem_optin, smem_per_sm
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -70,8 +72,10 @@ class GpuSpec:
         raise ValueError(f"unknown GPU {name!r}; valid: {', '.join(valid_names())}")
 
 
-def _spec(name, smem_sm, card, sms, tflops, bandwidth, source):
-    return GpuSpec(name=name, capability=int(name[3:]), smem_per_block_optin=smem_sm - 1024, smem_per_sm=smem_sm,
+def _spec(name, card, sms, tflops, bandwidth, source):
+    capability = int(name[3:])            # the architecture's shared memory: kernel.arch's table
+    return GpuSpec(name=name, capability=capability, smem_per_block_optin=smem_optin(capability),
+                   smem_per_sm=smem_per_sm(capability),
                    regs_per_sm=65536, card=card, sm_count=sms, peak_bf16_tflops=tflops, mem_bandwidth_gbs=bandwidth,
                    source=source)
 
@@ -79,12 +83,12 @@ def _spec(name, smem_sm, card, sms, tflops, bandwidth, source):
 KB = 1024
 # Per-architecture limits [cccl][cutlass]; the card on each row is the default for that target.
 _TARGETS = {
-    "sm_80": _spec("sm_80", 164 * KB, "a100", 108, 312.0, 2039.0, "[cccl] [ds] A100 SXM 80GB"),
-    "sm_86": _spec("sm_86", 100 * KB, "a10", 72, 125.0, 600.0, "[cccl] [ds] A10"),
-    "sm_89": _spec("sm_89", 100 * KB, "rtx4070super", 56, 71.0, 504.0, "[cccl] [calc] RTX 4070 Super"),
-    "sm_90": _spec("sm_90", 228 * KB, "h100", 132, 989.0, 3350.0, "[cccl] [ds] H100 SXM"),
-    "sm_100": _spec("sm_100", 228 * KB, "b200", 148, 2250.0, 8000.0, "[cccl] [ds] B200"),
-    "sm_120": _spec("sm_120", 100 * KB, "rtx5090", 170, 209.5, 1792.0, "[cccl] [ds] RTX 5090 (Blackwell whitepaper)"),
+    "sm_80": _spec("sm_80", "a100", 108, 312.0, 2039.0, "[cccl] [ds] A100 SXM 80GB"),
+    "sm_86": _spec("sm_86", "a10", 72, 125.0, 600.0, "[cccl] [ds] A10"),
+    "sm_89": _spec("sm_89", "rtx4070super", 56, 71.0, 504.0, "[cccl] [calc] RTX 4070 Super"),
+    "sm_90": _spec("sm_90", "h100", 132, 989.0, 3350.0, "[cccl] [ds] H100 SXM"),
+    "sm_100": _spec("sm_100", "b200", 148, 2250.0, 8000.0, "[cccl] [ds] B200"),
+    "sm_120": _spec("sm_120", "rtx5090", 170, 209.5, 1792.0, "[cccl] [ds] RTX 5090 (Blackwell whitepaper)"),
 }
 # Other cards: the same limits as their target, their own SM count, rate and bandwidth [ds].
 _CARDS = {spec.card: spec for spec in _TARGETS.values()}

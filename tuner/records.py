@@ -21,7 +21,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from kernel.clock import cycles
+from kernel.measure.clock import cycles
 from tuner.gate import edges_checked
 from tuner.gpus import GpuSpec
 from tuner.outcome import ShapeOutcome, TrialOutcome
@@ -171,7 +171,7 @@ def timed_on(rows: list[Result], shape: str, eligible=None) -> list[Result]:
 
 
 def fastest_first(timed: list[Result]) -> list[Result]:
-    """Timed rows best first: by cycles where every one of them has its clock (:mod:`kernel.clock`),
+    """Timed rows best first: by cycles where every one of them has its clock (:mod:`kernel.measure.clock`),
     so a row timed while the clock was high does not beat one timed while it was low; else by ms."""
     if timed and all(r.cycles for r in timed):       # ties keep the rows' order (a binary's twins tie)
         return sorted(timed, key=lambda r: r.cycles)

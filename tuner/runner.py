@@ -12,7 +12,7 @@ In the worker, for each config:
 1. **check**: the gate of :mod:`tuner.gate`, on every study shape and the gate shapes (the edge
    shapes may be left to a later ``check`` request: :mod:`tuner.contenders`);
 2. **time**: GPU time per call by CUDA-graph replay over input sets that do not fit in
-   L2, and the host time of a call (:mod:`kernel.timing`), on every study shape.
+   L2, and the host time of a call (:mod:`kernel.measure.timing`), on every study shape.
 
 ``retime`` times lists of configs together in interleaved rounds (the finalists), with
 SDPA in the same rounds. What a config is checked and timed with is the kernel's
@@ -31,9 +31,9 @@ import time
 import traceback
 from dataclasses import replace
 
-from kernel.clock import sm_clock
-from kernel.retime import Rounds
-from kernel.timing import WALL
+from kernel.measure.clock import sm_clock
+from kernel.measure.retime import Rounds
+from kernel.measure.timing import WALL
 from tuner import kernels
 from tuner.budget import quiet_compiler_pages
 from tuner.gate import GateShape, finite
@@ -106,7 +106,7 @@ class WorkerBench:
         if self.device == "cpu":
             ms = self._wall_ms(calls)
             return ms, WALL, ms * 1e3, None
-        from kernel.timing import gpu_time, host_us
+        from kernel.measure.timing import gpu_time, host_us
 
         timing = gpu_time(calls, self.rep_ms, self.warmup_ms, clock=sm_clock())
         user_call = self.kernel.call(config, self._sets(problem)[0], problem, allocate=True)
@@ -132,7 +132,7 @@ class WorkerBench:
                 measured[problem.label] = dict(flash_ms=ms, cudnn_ms=ms, flash_host_us=ms * 1e3,
                                                cudnn_host_us=ms * 1e3, timer=WALL)
             return measured
-        from kernel.timing import time_backends, warm_gpu
+        from kernel.measure.timing import time_backends, warm_gpu
 
         for problem in self.shapes:
             self._sets(problem)

@@ -259,7 +259,7 @@ def main(argv=None) -> int:
 
 
 def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> int:
-    from kernel.timing import environment
+    from kernel.measure.timing import environment
 
     if args.trace:        # every input checked: the run starts here (its first span, from the process's start)
         TIMELINE.enable()

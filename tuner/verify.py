@@ -33,13 +33,13 @@ def verify(path: Path, study: Study, rows: list[Result], markdown: Path,
     (one GPU's) and ``verdicts`` (the shapes' finalists); write a markdown table; 0 if within :data:`BAR`."""
     import torch
 
-    from kernel.timing import environment, environment_line, gpu_time, warm_gpu
+    from kernel.measure.timing import environment, environment_line, gpu_time, warm_gpu
 
     if not torch.cuda.is_available():
         print("--verify needs a CUDA GPU", file=sys.stderr)
         return 1
     kernel, module = study.kernel, _load(path)
-    tune = kernel.autotuned(module.CONFIGS, module.KEY)
+    tune = kernel.triton.autotune(module.CONFIGS, module.KEY)
     env = environment()
     warm_gpu()
     lines = [environment_line(env), f"List: {path} ({len(module.CONFIGS)} configs)", "",

@@ -8,7 +8,7 @@ The figure that decides is normalised for the SM clock, which wanders by about 1
 H200 at its power cap: cycles (ms x MHz, the clock read through NVML while the config ran)
 wherever every measurement has its clock; where NVML is missing, the finalists' ratio to
 SDPA timed in the same round (a clock that moves between rounds moves both); else ms
-(:func:`kernel.retime.figures`, :func:`tuner.records.fastest_first`). Rows
+(:func:`kernel.measure.retime.figures`, :func:`tuner.records.fastest_first`). Rows
 are those of one GPU (:func:`measured_on`): configs measured on two GPUs never race each
 other. The end-of-run summary, the emitted list, ``--verify``, the profile's choice of
 kernels, the benchmarks and the dashboards' titles all ask here, so they never name
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from kernel.retime import MS
+from kernel.measure.retime import MS
 from tuner.finalists import ShapeVerdict, judge
 from tuner.records import fastest_first, timed_on
 from tuner.status import Status

@@ -7,19 +7,19 @@ call's wall clock, with no clock and no SDPA.
 
 from __future__ import annotations
 
-from kernel.clock import sm_clock
-from kernel.retime import Candidate, Rounds, WallCandidate, adaptive_rounds, fixed_rounds
-from kernel.timing import runs
+from kernel.measure.clock import sm_clock
+from kernel.measure.retime import Candidate, Rounds, WallCandidate, adaptive_rounds, fixed_rounds
+from kernel.measure.timing import runs
 from tuner.outcome import SDPA_KEYS
 
 __all__ = ["retime"]
 
 
 def retime(bench, request: tuple[dict[str, list], tuple]) -> dict[str, Rounds]:
-    """label -> :class:`kernel.retime.Rounds` (ms and SM clock per config key) for ``bench``'s
+    """label -> :class:`kernel.measure.retime.Rounds` (ms and SM clock per config key) for ``bench``'s
     shapes. ``request``: (label -> configs, protocol), the protocol ``("adaptive", (settle_ms,
-    rep_ms, min, max[, power]))`` (:func:`kernel.retime.adaptive_rounds`, ``power`` its power
-    check) or ``("fixed", rounds)`` (as :data:`kernel.timing.RETIME`); SDPA's keys are
+    rep_ms, min, max[, power]))`` (:func:`kernel.measure.retime.adaptive_rounds`, ``power`` its power
+    check) or ``("fixed", rounds)`` (as :data:`kernel.measure.timing.RETIME`); SDPA's keys are
     :data:`tuner.outcome.SDPA_KEYS`."""
     finalists, (protocol, setting) = request
     by_label = {problem.label: problem for problem in bench.shapes}

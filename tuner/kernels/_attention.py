@@ -4,7 +4,7 @@ An attention forward takes (q, k, v) and writes (out, lse); it is checked agains
 (CPU) or float32 (GPU) reference, ``out`` and ``lse`` each within 3x PyTorch's own error
 (:func:`kernel.reference.accuracy`); it is timed next to SDPA's flash and cuDNN forward
 backends, on input sets that together miss the L2; it does the FLOPs of
-:func:`kernel.timing.attention_flops`. :class:`AttentionForward` says so once, for the
+:func:`kernel.measure.timing.attention_flops`. :class:`AttentionForward` says so once, for the
 Triton forward and for any other forward kernel (a Gluon one); the backward differs in its
 outputs (dq, dk, dv), reference (autograd), baseline (SDPA's backward) and FLOPs (2.5x).
 """
@@ -98,7 +98,7 @@ class AttentionForward(TunableKernel):
         if device != "cpu":
             import torch
 
-            from kernel.timing import input_sets
+            from kernel.measure.timing import input_sets
 
             first = case.tensors
             per_set = 4 * first["q"].numel() * first["q"].element_size()
@@ -109,12 +109,12 @@ class AttentionForward(TunableKernel):
         return sets
 
     def baselines(self, sets: list[dict], problem: Problem) -> dict[str, Pinned]:
-        from kernel.timing import sdpa_backends
+        from kernel.measure.timing import sdpa_backends
 
         return sdpa_backends([(s["q"], s["k"], s["v"]) for s in sets], problem.causal)
 
     def flops(self, problem: Problem) -> float:
-        from kernel.timing import attention_flops
+        from kernel.measure.timing import attention_flops
 
         return attention_flops(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim,
                                problem.causal)

@@ -95,7 +95,7 @@ class _StreamPin:
     def __call__(self):
         if self.backend is None:
             return contextlib.nullcontext()
-        from kernel.timing import sdpa_pin
+        from kernel.measure.timing import sdpa_pin
 
         return sdpa_pin(self.backend)()
 
@@ -105,7 +105,7 @@ class AttentionBackward(TunableKernel):
 
     pass_ = "bwd"
     emitted_imports = "from kernel import BwdConfig"
-    emitted_what = "kernel.BwdConfig configs (for kernel.bwd_autotune.AutotunedBackward)"
+    emitted_what = "kernel.BwdConfig configs (for kernel.triton.autotune.AutotunedBackward)"
 
     def inputs(self, problem: Problem, device: str, generator=None) -> dict:
         import torch
@@ -158,7 +158,7 @@ class AttentionBackward(TunableKernel):
     def timing_sets(self, case: Case, device: str) -> list[dict]:
         sets = [case.tensors]
         if device != "cpu":
-            from kernel.timing import input_sets
+            from kernel.measure.timing import input_sets
 
             first = case.tensors
             per_set = 9 * first["q"].numel() * first["q"].element_size()
@@ -175,7 +175,7 @@ class AttentionBackward(TunableKernel):
         import torch
         import torch.nn.functional as F
 
-        from kernel.timing import OnStream
+        from kernel.measure.timing import OnStream
 
         cuda = sets[0]["q"].is_cuda
         stream = torch.cuda.Stream() if cuda else None
@@ -199,7 +199,7 @@ class AttentionBackward(TunableKernel):
 
     def flops(self, problem: Problem) -> float:
         """2.5x the forward's: the five matmuls of a fused backward against the forward's two."""
-        from kernel.timing import attention_flops
+        from kernel.measure.timing import attention_flops
 
         return 2.5 * attention_flops(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim,
                                      problem.causal)
@@ -228,7 +228,7 @@ class AttentionStep(AttentionBackward):
         import torch
         import torch.nn.functional as F
 
-        from kernel.timing import sdpa_pin
+        from kernel.measure.timing import sdpa_pin
 
         def step(s):
             leaves = tuple(s[n].detach().requires_grad_() for n in ("q", "k", "v"))

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from kernel.timing import Pinned  # a baseline to time: a context that pins it (an SDPA backend), a call per set
+from kernel.measure.timing import Pinned
 from tuner.gpus import GpuSpec
 from tuner.outcome import NamedError
 from tuner.problem import Problem

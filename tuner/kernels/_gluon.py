@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from tuner.kernels._base import CompileUnit
 from tuner.problem import Problem
 
-__all__ = ["HOPPER", "REGS", "WARPGROUP", "GluonCompileUnit", "specialisation", "ws_compile_unit"]
+__all__ = ["REGS", "WARPGROUP", "GluonCompileUnit", "specialisation", "ws_compile_unit"]
 
-HOPPER = 9                # the compute capability's major version the kernels are written for
 REGS = tuple(range(24, 257, 8))
 WARPGROUP = 4             # warps of a consumer (and of the producer's warpgroup, as setmaxnreg counts)
 

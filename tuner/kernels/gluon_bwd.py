@@ -1,13 +1,13 @@
-"""The Gluon backward for Hopper (:mod:`kernel.flash_bwd_gluon`) as a tunable kernel.
+"""The Gluon backward for Hopper (:mod:`kernel.gluon.bwd.launch`) as a tunable kernel.
 
 Read top to bottom: its config (the query tile, the key tile, which is the consumer count, the
 Q/dO ring's stages, and the knobs: the fp32 dQ staging buffers, a persistent grid and the
 register split), the restrictions no compiler beats, the budget rules (what a target or the
 installed Triton lacks: an ``unsupported`` verdict, never a compile), the shared-memory model
-(``kernel.gluon_bwd_config.smem_bytes``, which the compile tests hold to Triton 3.6 byte for
+(``kernel.gluon.bwd.config.smem_bytes``, which the compile tests hold to Triton 3.6 byte for
 byte), the compile unit (the Gluon kernel cross-compiled for sm_90 as the JIT specialises the
-launch, by ``kernel.gluon_bwd_compile``), the launch and the emitted form: a list of
-:class:`kernel.gluon_bwd_config.GluonBwdConfig`. The gradient gate, SDPA's backward as the
+launch, by ``kernel.gluon.bwd.compile``), the launch and the emitted form: a list of
+:class:`kernel.gluon.bwd.config.GluonBwdConfig`. The gradient gate, SDPA's backward as the
 baselines and the FLOPs (2.5x the forward's) are every attention backward's
 (:class:`~tuner.kernels._attention_bwd.AttentionBackward`).
 
@@ -24,11 +24,12 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import ClassVar
 
-from kernel.gluon_bwd_config import KEYS_PER_CONSUMER, GluonBwdConfig, smem_bytes
+from kernel.arch import is_hopper
+from kernel.gluon.bwd.config import KEYS_PER_CONSUMER, GluonBwdConfig, smem_bytes
 from tuner.gpus import GpuSpec
 from tuner.kernels._attention_bwd import AttentionBackward
 from tuner.kernels._base import CompileUnit
-from tuner.kernels._gluon import HOPPER, REGS, WARPGROUP, GluonCompileUnit, specialisation, ws_compile_unit
+from tuner.kernels._gluon import REGS, WARPGROUP, GluonCompileUnit, specialisation, ws_compile_unit
 from tuner.problem import DTYPE_BYTES, Problem
 from tuner.space import LOG2, ORDINAL, KernelConfig, axis
 
@@ -71,7 +72,7 @@ def consumers_at(config: GluonBwdPoint, head_dim: int) -> int:
 
 
 def to_kernel(config: GluonBwdPoint, head_dim: int = TWO_CONSUMER_HEAD_DIM) -> GluonBwdConfig:
-    """The :class:`kernel.gluon_bwd_config.GluonBwdConfig` a point stands for at ``head_dim``."""
+    """The :class:`kernel.gluon.bwd.config.GluonBwdConfig` a point stands for at ``head_dim``."""
     return GluonBwdConfig(config.block_m, config.num_stages, config.dq_bufs, consumers_at(config, head_dim),
                           config.persistent, config.producer_regs, config.consumer_regs)
 
@@ -96,9 +97,9 @@ def restriction(config: GluonBwdPoint, head_dim: int) -> str | None:
 def budget_rule(config: GluonBwdPoint, gpu: GpuSpec) -> str | None:
     """What the target or the installed Triton lacks ("unsupported: ..."), or None. Judged before any
     compile: an Ada sweep, or one on a Triton other than 3.6, compiles nothing."""
-    from kernel.flash_bwd_gluon import gluon_bwd_support
+    from kernel.gluon.api import gluon_bwd_support
 
-    if gpu.capability // 10 != HOPPER:
+    if not is_hopper(gpu.capability):
         return (f"unsupported: the Gluon backward needs sm_90 (Hopper: wgmma, TMA, TMA reduce, setmaxnreg); "
                 f"{gpu.name} has none of them")
     reason = gluon_bwd_support(gpu.capability)       # this Triton's Gluon API (3.6's) and its TMA reduce
@@ -107,8 +108,8 @@ def budget_rule(config: GluonBwdPoint, gpu: GpuSpec) -> str | None:
 
 def compile_unit(config: GluonBwdPoint, problem: Problem) -> GluonCompileUnit:
     """``bwd_gluon_kernel`` specialised for ``problem`` exactly as the JIT specialises its launch
-    (``kernel.gluon_bwd_compile.compile_inputs``: the JIT's own binder on stand-in tensors)."""
-    from kernel.gluon_bwd_compile import compile_inputs, stand_in_launch
+    (``kernel.gluon.bwd.compile.compile_inputs``: the JIT's own binder on stand-in tensors)."""
+    from kernel.gluon.bwd.compile import compile_inputs, stand_in_launch
 
     return ws_compile_unit(to_kernel(config, problem.head_dim), problem, compile_inputs, stand_in_launch)
 
@@ -116,24 +117,24 @@ def compile_unit(config: GluonBwdPoint, problem: Problem) -> GluonCompileUnit:
 @lru_cache(maxsize=1)
 def _device_source() -> str:
     """The Gluon backward's device code and its launch arguments (every module that holds some)."""
-    import kernel.flash_bwd_gluon as launcher
-    import kernel.flash_bwd_gluon_kernel as device
-    import kernel.flash_bwd_gluon_producer as producer
-    import kernel.gluon_attention as shared
+    import kernel.gluon.attention as shared
+    import kernel.gluon.bwd.kernel as device
+    import kernel.gluon.bwd.launch as launcher
+    import kernel.gluon.bwd.producer as producer
 
     return "".join(inspect.getsource(m) for m in (shared, producer, device, launcher))
 
 
 class GluonBackward(AttentionBackward):
-    """``kernel.flash_bwd_gluon.flash_attn_bwd_gluon``: a TMA producer warp and one or two consumer
+    """``kernel.gluon.bwd.launch.flash_attn_bwd_gluon``: a TMA producer warp and one or two consumer
     warpgroups holding dK and dV, dQ by TMA reduce-add into fp32, for Hopper under Triton 3.6."""
 
     name = "gluon_bwd"
     config_type = GluonBwdPoint
     autotune_key = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
     description = "Gluon warp-specialized backward (Hopper, Triton 3.6)"
-    emitted_imports = "from kernel.gluon_bwd_config import GluonBwdConfig"
-    emitted_what = ("kernel.gluon_bwd_config.GluonBwdConfig configs (flash_attn_bwd_gluon's keywords; "
+    emitted_imports = "from kernel.gluon.bwd.config import GluonBwdConfig"
+    emitted_what = ("kernel.gluon.bwd.config.GluonBwdConfig configs (flash_attn_bwd_gluon's keywords; "
                     "consumers=2 runs at D=128 only)")
 
     def restriction(self, config: GluonBwdPoint, head_dim: int) -> str | None:
@@ -158,7 +159,7 @@ class GluonBackward(AttentionBackward):
         return _device_source()
 
     def call(self, config: GluonBwdPoint, tensors: dict, problem: Problem, allocate: bool = False):
-        from kernel.flash_bwd_gluon import flash_attn_bwd_gluon
+        from kernel.gluon.bwd.launch import flash_attn_bwd_gluon
 
         knobs, t = asdict(to_kernel(config, problem.head_dim)), tensors
         grads = {} if allocate else dict(dq=t["dq"], dk=t["dk"], dv=t["dv"])

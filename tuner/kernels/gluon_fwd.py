@@ -1,13 +1,13 @@
-"""The Gluon forward for Hopper (:mod:`kernel.flash_fwd_gluon`, ``variant="ws"``) as a tunable kernel.
+"""The Gluon forward for Hopper (:mod:`kernel.gluon.fwd.launch`, ``variant="ws"``) as a tunable kernel.
 
 Read top to bottom: its config (the query tile, which is the consumer count, the key tile, the
 K/V ring's stages, and the knobs: the softmax overlapped with the PV wgmma, the two consumers'
 ping-pong, a persistent grid and the register split), the restrictions no compiler beats, the
 budget rules (what a target or the installed Triton lacks: an ``unsupported`` verdict, never a
-compile), the shared-memory model (``kernel.gluon_config.smem_bytes``, which the compile tests
+compile), the shared-memory model (``kernel.gluon.fwd.config.smem_bytes``, which the compile tests
 hold to Triton 3.6 byte for byte), the compile unit (cross-compiled for sm_90 as the JIT
-specialises the launch, by ``kernel.gluon_compile``), the launch and the emitted form: a list of
-:class:`kernel.gluon_config.GluonConfig` for :class:`kernel.gluon_autotune.AutotunedGluonForward`.
+specialises the launch, by ``kernel.gluon.fwd.compile``), the launch and the emitted form: a list of
+:class:`kernel.gluon.fwd.config.GluonConfig` for :class:`kernel.gluon.fwd.autotune.AutotunedGluonForward`.
 The check, the SDPA baselines and the FLOPs are every attention forward's
 (:class:`~tuner.kernels._attention.AttentionForward`).
 """
@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
 
-from kernel.gluon_config import GluonConfig, smem_bytes
+from kernel.arch import is_hopper
+from kernel.gluon.fwd.config import GluonConfig, smem_bytes
 from tuner.gpus import GpuSpec
 from tuner.kernels._attention import AttentionForward
 from tuner.kernels._base import CompileUnit
-from tuner.kernels._gluon import HOPPER, REGS, WARPGROUP, GluonCompileUnit, specialisation, ws_compile_unit
+from tuner.kernels._gluon import REGS, WARPGROUP, GluonCompileUnit, specialisation, ws_compile_unit
 from tuner.problem import DTYPE_BYTES, Problem
 from tuner.space import LOG2, ORDINAL, KernelConfig, axis
 
@@ -60,7 +61,7 @@ class GluonFwdConfig(KernelConfig):
 
 
 def to_kernel(config: GluonFwdConfig) -> GluonConfig:
-    """The :class:`kernel.gluon_config.GluonConfig` (variant "ws") a point of the space stands for."""
+    """The :class:`kernel.gluon.fwd.config.GluonConfig` (variant "ws") a point of the space stands for."""
     return GluonConfig("ws", config.block_m, config.block_n, config.num_stages, config.overlap, config.pingpong,
                        config.persistent, config.producer_regs, config.consumer_regs)
 
@@ -88,9 +89,9 @@ def restriction(config: GluonFwdConfig, head_dim: int) -> str | None:
 def budget_rule(config: GluonFwdConfig, gpu: GpuSpec) -> str | None:
     """What the target or the installed Triton lacks ("unsupported: ..."), or None. Judged before any
     compile: an Ada sweep, or one on a Triton other than 3.6, compiles nothing."""
-    from kernel.flash_fwd_gluon import gluon_api_support
+    from kernel.gluon.api import gluon_api_support
 
-    if gpu.capability // 10 != HOPPER:
+    if not is_hopper(gpu.capability):
         return (f"unsupported: the Gluon forward needs sm_90 (Hopper: wgmma, TMA, setmaxnreg); "
                 f"{gpu.name} has none of them")
     reason = gluon_api_support()
@@ -99,8 +100,8 @@ def budget_rule(config: GluonFwdConfig, gpu: GpuSpec) -> str | None:
 
 def compile_unit(config: GluonFwdConfig, problem: Problem) -> GluonCompileUnit:
     """``_fwd_ws_kernel`` specialised for ``problem`` exactly as the JIT specialises its launch
-    (``kernel.gluon_compile.compile_inputs``: the JIT's own binder on stand-in tensors of the shape)."""
-    from kernel.gluon_compile import compile_inputs, stand_in_launch
+    (``kernel.gluon.fwd.compile.compile_inputs``: the JIT's own binder on stand-in tensors of the shape)."""
+    from kernel.gluon.fwd.compile import compile_inputs, stand_in_launch
 
     return ws_compile_unit(to_kernel(config), problem, compile_inputs, stand_in_launch)
 
@@ -108,22 +109,22 @@ def compile_unit(config: GluonFwdConfig, problem: Problem) -> GluonCompileUnit:
 @lru_cache(maxsize=1)
 def _device_source() -> str:
     """The Gluon kernels' device code (every module that holds some of it)."""
-    import kernel.flash_fwd_gluon_ws as ws
-    import kernel.gluon_attention as shared
+    import kernel.gluon.attention as shared
+    import kernel.gluon.fwd.kernel_ws as ws
 
     return inspect.getsource(shared) + inspect.getsource(ws)
 
 
 class GluonForward(AttentionForward):
-    """``kernel.flash_fwd_gluon.flash_attn_fwd_gluon(variant="ws")``: a TMA producer warp and one or
+    """``kernel.gluon.fwd.launch.flash_attn_fwd_gluon(variant="ws")``: a TMA producer warp and one or
     two consumer warpgroups in ping-pong, for Hopper under Triton 3.6."""
 
     name = "gluon_fwd"
     config_type = GluonFwdConfig
     autotune_key = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
     description = "Gluon warp-specialized forward (Hopper, Triton 3.6)"
-    emitted_imports = "from kernel.gluon_config import GluonConfig"
-    emitted_what = "kernel.gluon_config.GluonConfig configs (for kernel.gluon_autotune.AutotunedGluonForward)"
+    emitted_imports = "from kernel.gluon.fwd.config import GluonConfig"
+    emitted_what = "kernel.gluon.fwd.config.GluonConfig configs (for kernel.gluon.fwd.autotune.AutotunedGluonForward)"
 
     def restriction(self, config: GluonFwdConfig, head_dim: int) -> str | None:
         return restriction(config, head_dim)
@@ -147,7 +148,7 @@ class GluonForward(AttentionForward):
     def call(self, config: GluonFwdConfig, tensors: dict, problem: Problem, allocate: bool = False):
         from dataclasses import asdict
 
-        from kernel.flash_fwd_gluon import flash_attn_fwd_gluon
+        from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
 
         knobs, t = asdict(to_kernel(config)), tensors
         if allocate:
@@ -169,7 +170,7 @@ class GluonForward(AttentionForward):
         return from_kernel(triton_config)
 
     def autotuned(self, configs: Sequence, key: Sequence[str]):
-        from kernel.gluon_autotune import AutotunedGluonForward
+        from kernel.gluon.fwd.autotune import AutotunedGluonForward
 
         entry = AutotunedGluonForward(configs)
 

@@ -1,4 +1,4 @@
-"""The Triton backward (:mod:`kernel.flash_bwd`) as a tunable kernel: everything the tuner knows of it.
+"""The Triton backward (:mod:`kernel.triton.bwd`) as a tunable kernel: everything the tuner knows of it.
 
 Read top to bottom: its config (the dK/dV kernel's tiles, warps and stages, the dQ pass's own,
 and the knobs: how dQ is made, TMA loads, a register cap, a persistent grid), the
@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kernel.bwd_launch import FP32_TENSORS, UNIT_ARGUMENTS, unit_constexprs
-from kernel.flash_bwd import DQ_MODES, JIT_FUNCTIONS, UNSPECIALISED, BwdConfig, BwdShape
+from kernel.arch import has_tma, has_wgmma
+from kernel.triton.bwd import DQ_MODES, JIT_FUNCTIONS, UNSPECIALISED, BwdConfig, BwdShape
+from kernel.triton.bwd_launch import FP32_TENSORS, UNIT_ARGUMENTS, unit_constexprs
 from tuner.gpus import GpuSpec
 from tuner.kernels._attention_bwd import AttentionBackward, AttentionStep
 from tuner.kernels._base import CompileUnit
@@ -26,7 +27,7 @@ from tuner.space import LOG2, ORDINAL, KernelConfig, axis
 
 __all__ = ["KERNEL", "STEP", "TritonBackward", "TritonBwdConfig", "to_kernel"]
 
-REGISTER_LIMIT, THREADS_PER_BLOCK, MMA_TILE, HOPPER = 255, 1024, (16, 8), 90
+REGISTER_LIMIT, THREADS_PER_BLOCK, MMA_TILE = 255, 1024, (16, 8)
 
 
 @dataclass(frozen=True, order=True)
@@ -53,7 +54,7 @@ class TritonBwdConfig(KernelConfig):
     block_n_q: int = axis((32, 64, 128), (16, 32, 64, 128, 256), tpe=LOG2, param="log2_block_n_q")
     num_warps_q: int = axis((4, 8), (1, 2, 4, 8, 16), tpe=LOG2, param="log2_num_warps_q")
     num_stages_q: int = axis((1, 2, 3), tuple(range(1, 9)), tpe=ORDINAL, param="stages_q")
-    dq_mode: int = axis((0, 2), (0, 1, 2), plain=0, tag="dq")      # index into kernel.flash_bwd.DQ_MODES
+    dq_mode: int = axis((0, 2), (0, 1, 2), plain=0, tag="dq")      # index into kernel.triton.bwd.DQ_MODES
     tma: bool = axis((False, True), plain=False, tag="tma")
     maxnreg: int = axis((0,), (0, *range(24, 256, 8)), plain=0, tag="r")
     persistent: int = axis((0,), tuple(range(0, 9)), plain=0, tag="p")
@@ -121,7 +122,7 @@ def knob_restriction(config: TritonBwdConfig, gpu: GpuSpec, features=None) -> st
     for wanted, what in ((config.tma, "TMA loads"), (mode == "tma", "dq_mode tma (TMA reduce-add)")):
         if not wanted:
             continue
-        if gpu.capability < HOPPER:
+        if not has_tma(gpu.capability):
             return f"unsupported: {what} need sm_90 or later; sm_{gpu.capability} has none"
         if not features.tensor_descriptors:
             return f"unsupported: {what} need tl.make_tensor_descriptor, which Triton {features.version} lacks"
@@ -143,7 +144,7 @@ def model_smem_bytes(config: TritonBwdConfig, problem: Problem, gpu: GpuSpec) ->
     """
     e, d = DTYPE_BYTES[problem.dtype], problem.head_dim
     kv_loop, q_loop = 2 * config.block_m * d * e, 2 * config.block_n_q * d * e
-    if 90 <= gpu.capability < 120:
+    if has_wgmma(gpu.capability):
         kv = config.num_stages * kv_loop + 2 * config.block_n * d * e
         q = 2 * config.block_m_q * d * e + config.num_stages_q * q_loop
     else:
@@ -153,7 +154,7 @@ def model_smem_bytes(config: TritonBwdConfig, problem: Problem, gpu: GpuSpec) ->
 
 def compile_units(config: TritonBwdConfig, problem: Problem) -> list[CompileUnit]:
     """Every kernel a launch runs, built through the launcher's own argument lists
-    (``kernel.bwd_launch.UNIT_ARGUMENTS``), specialised as its JIT launches are."""
+    (``kernel.triton.bwd_launch.UNIT_ARGUMENTS``), specialised as its JIT launches are."""
     import torch
 
     shape = BwdShape.contiguous(problem.batch, problem.heads, problem.n_q, problem.n_k, problem.head_dim)
@@ -217,7 +218,7 @@ class TritonBackward(AttentionBackward):
         return from_kernel(triton_config)
 
     def autotuned(self, configs: Sequence, key: Sequence[str]):
-        from kernel.bwd_autotune import AutotunedBackward
+        from kernel.triton.autotune import AutotunedBackward
 
         entry = AutotunedBackward(configs)
 

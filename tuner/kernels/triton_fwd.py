@@ -1,4 +1,4 @@
-"""The Triton forward (:mod:`kernel.flash_fwd`) as a tunable kernel: everything the tuner knows of it.
+"""The Triton forward (:mod:`kernel.triton.fwd`) as a tunable kernel: everything the tuner knows of it.
 
 Read top to bottom: its config (tiles, launch options and knobs, each axis with its values,
 its off value and its Optuna encoding), the restrictions no compiler beats, the budget
@@ -6,7 +6,7 @@ rules of the knobs, the shared-memory model, the compile unit (one JIT kernel), 
 the emitted ``triton.Config`` form and its inverse, and the names Nsight Compute sees. The
 check, the SDPA baseline and the FLOPs are every attention forward's
 (:class:`~tuner.kernels._attention.AttentionForward`). Adding a knob touches this file,
-``kernel/flash_fwd.py`` and a test.
+``kernel/triton/fwd.py`` and a test.
 """
 
 from __future__ import annotations
@@ -15,17 +15,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kernel.flash_fwd import (
+from kernel.arch import has_tma, has_warp_specialization, has_wgmma
+from kernel.forward import flash_attn_fwd
+from kernel.triton.fwd import (
     AUTOTUNE_KEY,
     COMPILE_OPTIONS,
     JIT_FUNCTIONS,
     JIT_KERNEL,
     KNOBS,
     UNSPECIALISED,
-    flash_attn_fwd,
     kernel_arguments,
 )
-from kernel.launch import LaunchShape
+from kernel.triton.launch import LaunchShape
 from tuner.gpus import GpuSpec
 from tuner.kernels._attention import AttentionForward
 from tuner.kernels._base import CompileUnit
@@ -74,7 +75,6 @@ class FwdConfig(KernelConfig):
 REGISTER_LIMIT = 255      # per thread, on every target in tuner.gpus
 THREADS_PER_BLOCK = 1024  # on every target in tuner.gpus
 MMA_TILE = (16, 8)        # the smallest mma.sync tile one warp owns (M x N)
-HOPPER = 90
 # Below this many warps Triton's warp-specialization pass fails on this kernel whenever the
 # loop is pipelined: 39 of 39 such configs on the H200 (Triton 3.6), 36 of 36 cross-compiled
 # under 3.9 ("PassManager::run failed" in NVGPUWarpSpecialization).
@@ -122,13 +122,13 @@ def knob_restriction(config: FwdConfig, gpu: GpuSpec, features=None) -> str | No
     features = features or triton_features()
     arch = f"sm_{gpu.capability}"
     if config.tma:
-        if gpu.capability < HOPPER:
+        if not has_tma(gpu.capability):
             return f"unsupported: TMA needs sm_90 or later; {arch} has none"
         if not features.tensor_descriptors:
             return (f"unsupported: TMA needs tl.make_tensor_descriptor, which Triton {features.version} lacks; "
                     f"drop tma from the space or upgrade Triton")
     if config.warp_specialize:
-        if gpu.capability < HOPPER:
+        if not has_warp_specialization(gpu.capability):
             return f"unsupported: warp specialization needs sm_90 or later; {arch} has none"
         if not features.warp_specialize:
             return (f"unsupported: warp specialization needs tl.range(warp_specialize=...), which Triton "
@@ -143,7 +143,7 @@ def knob_restriction(config: FwdConfig, gpu: GpuSpec, features=None) -> str | No
 
 def uses_wgmma(config: FwdConfig, gpu: GpuSpec) -> bool:
     """Whether Triton lowers this config's dots to Hopper's wgmma."""
-    return 90 <= gpu.capability < 120 and config.num_warps % 4 == 0 and config.block_m >= 64
+    return has_wgmma(gpu.capability) and config.num_warps % 4 == 0 and config.block_m >= 64
 
 
 def model_smem_bytes(config: FwdConfig, head_dim: int, dtype: str, gpu: GpuSpec) -> int:
@@ -166,7 +166,7 @@ def model_smem_bytes(config: FwdConfig, head_dim: int, dtype: str, gpu: GpuSpec)
     """
     elem = DTYPE_BYTES[dtype]
     q_bytes, kv_bytes = config.block_m * head_dim * elem, config.block_n * head_dim * elem
-    barriers = TMA_BARRIERS if config.tma and gpu.capability >= 90 else 0
+    barriers = TMA_BARRIERS if config.tma and has_tma(gpu.capability) else 0
     if uses_wgmma(config, gpu):
         if config.num_stages == 1:
             return q_bytes + 2 * kv_bytes + barriers
@@ -253,7 +253,7 @@ class TritonForward(AttentionForward):
                          **knobs)
 
     def autotuned(self, configs: Sequence, key: Sequence[str]):
-        from kernel.autotuned import AutotunedFlashAttention
+        from kernel.triton.autotune import AutotunedFlashAttention
 
         entry = AutotunedFlashAttention(configs, key)
 

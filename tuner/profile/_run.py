@@ -126,7 +126,7 @@ def profile_study(db: Store, study: Study, target: str, gpu_label: str, top: int
         NcuMissing: no ncu (checked first, before anything is selected or run).
         CountersNotPermitted, ProfileError: as :func:`profile_targets` and :func:`select_targets`.
     """
-    from kernel.timing import environment
+    from kernel.measure.timing import environment
 
     binary = find_ncu(ncu)
     env = environment()

@@ -185,8 +185,8 @@ class Finalist(Base):
     # SDPA's backends timed in the same rounds, medians (the shape's, on each of its rows)
     flash_ms: Mapped[float | None] = mapped_column(Float)
     cudnn_ms: Mapped[float | None] = mapped_column(Float)
-    # what decided (NULL in older rows: ms): one of kernel.retime.PREFERENCE ("sustained", "paired_cycles", "paired",
-    # "cycles", "sdpa_ratio", "ms"; at most 16 characters), and that figure per round, JSON;
+    # what decided (NULL in older rows: ms): one of kernel.measure.retime.PREFERENCE ("sustained",
+    # "paired_cycles", "paired", "cycles", "sdpa_ratio", "ms"; at most 16 characters), and that figure per round, JSON;
     # the SM clock per round (JSON), its median and the median cycles; why the rounds stopped
     figure: Mapped[str | None] = mapped_column(String(16))
     figures: Mapped[str | None] = mapped_column(Text)

@@ -1,0 +1,226 @@
+"""The measured route: our kernels against each other and SDPA over a grid of shapes, and the table the
+default call reads (issue 39).
+
+For every (pass, head dim, causal, length N, batch x heads) of the grid, the candidates of a default
+call (the Triton kernel at its default config, named; the Gluon kernel at its default; the default
+call as it routes today) and SDPA's flash and cuDNN backends are timed together in rotating rounds,
+each paired with cuDNN in its windows (:func:`kernel.measure.retime.paired_together`). The faster
+of our two kernels (by the paired ratio) is the bucket's entry of the route table; ``--table``
+writes the table as a Python module (``kernel/route_table.py`` is the one the default call reads),
+its docstring naming this command, the GPU, the versions and the date, and ``--markdown`` the
+report (every ratio, and the route each shape took).
+
+    python -m benchmarks.route                                   # the whole grid, both passes
+    python -m benchmarks.route --pass fwd --n 512 --n 1024 --bh 4x8
+    python -m benchmarks.route --table kernel/route_table.py --markdown docs/results/route.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shlex
+import sys
+
+import torch
+
+from benchmarks._report import write_report
+
+LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+BATCH_HEADS = ((4, 8), (16, 16))                 # B x H: 32 and 256 programs' worth of heads
+HEAD_DIMS = (64, 128)
+OURS = {"fwd": ("triton", "ws"), "bwd": ("triton", "gluon")}
+ROUND_OFF = 0.01          # a candidate within 1% of the other is a tie: the table keeps the Triton kernel
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+
+
+def _settle() -> None:
+    with contextlib.suppress(Exception):
+        torch.cuda.synchronize()
+
+
+def forward_calls(batch: int, heads: int, n: int, head_dim: int, causal: bool) -> tuple[dict, dict]:
+    """(name -> calls over the input sets, name -> SDPA pin) of the forward's candidates on one shape."""
+    from benchmarks.gluon import make_sets, set_calls
+    from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
+    from kernel.measure.timing import runs, sdpa_backends
+    from kernel.triton.defaults import default_config
+
+    sets = make_sets(batch, heads, n, head_dim, torch.bfloat16)
+    calls = {"triton": set_calls(sets, causal, default_config(head_dim, causal)),
+             "ws": [lambda s=s: flash_attn_fwd_gluon(s[0], s[1], s[2], causal, variant="ws", out=s[3], lse=s[4])
+                    for s in sets],
+             "default": set_calls(sets, causal, {})}
+    pins = {}
+    for name, pinned in sdpa_backends([s[:3] for s in sets], causal).items():
+        if runs(pinned):
+            pins[name], calls[name] = pinned
+    return calls, pins
+
+
+def backward_calls(batch: int, heads: int, n: int, head_dim: int, causal: bool) -> tuple[dict, dict]:
+    """The same for the backward: the Triton backward at its default config, the Gluon backward at its
+    defaults, the default call, and SDPA's backward by backend."""
+    from benchmarks.bwd import make_sets
+    from benchmarks.bwd_gluon import _gluon_calls, _triton_calls
+    from kernel import flash_attn_bwd
+    from kernel.measure.timing import runs
+    from tuner.kernels.triton_bwd import KERNEL as BACKWARD
+    from tuner.problem import Problem
+
+    problem = Problem(batch=batch, heads=heads, n_q=n, n_k=n, head_dim=head_dim, dtype="bf16", causal=causal)
+    sets = make_sets(problem)
+    calls = {"triton": _triton_calls(sets, causal), "gluon": _gluon_calls(sets, causal, {}),
+             "default": [lambda s=s: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal)
+                         for s in sets]}
+    pins = {}
+    for name, pinned in BACKWARD.baselines(sets, problem).items():
+        if runs(pinned):
+            pins[name], calls[name] = pinned
+    return calls, pins
+
+
+def measure(pass_: str, batch: int, heads: int, n: int, head_dim: int, causal: bool) -> dict:
+    """One shape's row: each candidate's ms and paired ratio to cuDNN, the winner of ours, notes."""
+    from kernel.measure.retime import paired_together
+
+    row = dict(pass_=pass_, B=batch, H=heads, N=n, D=head_dim, causal=causal, ms={}, vs_cudnn={}, notes={})
+    try:
+        calls, pins = (forward_calls if pass_ == "fwd" else backward_calls)(batch, heads, n, head_dim, causal)
+    except Exception as exc:  # noqa: BLE001 (a shape that cannot be set up is a row with its reason)
+        row["notes"]["setup"] = _first_line(exc)
+        _settle()
+        return row
+    for name in [name for name in calls if name not in pins]:
+        try:
+            calls[name][0]()
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 (a candidate that fails is noted, the others timed)
+            calls.pop(name)
+            row["notes"][name] = _first_line(exc)
+            _settle()
+    row["ms"], row["vs_cudnn"] = paired_together(calls, pins, "cudnn")
+    timed = {name: row["vs_cudnn"].get(name) for name in OURS[pass_] if row["vs_cudnn"].get(name)}
+    row["winner"] = winner(timed)
+    return row
+
+
+def winner(ratios: dict[str, float]) -> str | None:
+    """The faster of our kernels by the paired ratio (higher is faster); within :data:`ROUND_OFF` the
+    Triton kernel, so that noise never flips a bucket to the specialised kernel."""
+    if not ratios:
+        return None
+    best = max(sorted(ratios), key=ratios.get)
+    if "triton" in ratios and ratios[best] < ratios["triton"] * (1 + ROUND_OFF):
+        return "triton"
+    return best
+
+
+def table_source(rows: list[dict], env: dict, command: str) -> str:
+    """The route table as a Python module: MEASURED (command, GPU, versions, date), FORWARD, BACKWARD."""
+    lines = ['"""The measured route: which kernel a default call runs, by pass, head dim, causal, length and',
+             "batch x heads (read by kernel/route.py; regenerate it for your GPU with the command below).", "",
+             f"Measured by ``{command}``", f"on {env['gpu']}, torch {env['torch']}, Triton {env['triton']}, "
+             f"{env['date']}.", "Each entry is the faster of our two kernels there, timed side by side with "
+             "SDPA-cuDNN", "(paired rounds); the comment gives each one's speed as a ratio to cuDNN's.", '"""',
+             "", "MEASURED = {", f"    \"command\": {command!r},", f"    \"gpu\": {env['gpu']!r},",
+             f"    \"torch\": {env['torch']!r},", f"    \"triton\": {env['triton']!r},",
+             f"    \"date\": {env['date']!r},", "}", ""]
+    for pass_, name in (("fwd", "FORWARD"), ("bwd", "BACKWARD")):
+        lines.append(f"{name} = {{   # (head dim, causal, length, batch x heads) -> kernel")
+        for r in sorted((r for r in rows if r["pass_"] == pass_ and r.get("winner")),
+                        key=lambda r: (r["D"], r["causal"], r["N"], r["B"] * r["H"])):
+            ratios = ", ".join(f"{k} {r['vs_cudnn'][k]:.2f}" for k in OURS[pass_] if r["vs_cudnn"].get(k))
+            lines.append(f"    ({r['D']}, {r['causal']}, {r['N']}, {r['B'] * r['H']}): {r['winner']!r},"
+                         f"   # {ratios}")
+        lines.append("}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _fmt(value) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else "n/a"
+
+
+def report(rows: list[dict], env_line: str, command: str) -> str:
+    """The Markdown report: every shape's ratios to SDPA-cuDNN, the winner of ours and the default's route."""
+    out = [f"{env_line}", "", f"Command: `{command}`", "",
+           "Ratios are SDPA-cuDNN's time over the candidate's, paired in the same windows (above 1 is faster "
+           "than cuDNN); `flash` is SDPA-flash's. `default` is the default call as routed in this run.", "",
+           "| pass | shape | triton | gluon | default | flash | winner | default / best of ours | notes |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ours = [r["vs_cudnn"].get(name) for name in OURS[r["pass_"]]]
+        best = max((x for x in ours if x), default=None)
+        default = r["vs_cudnn"].get("default")
+        shape = f"B{r['B']} H{r['H']} N{r['N']} D{r['D']}{' causal' if r['causal'] else ''}"
+        notes = "; ".join(f"{k}: {v}" for k, v in r["notes"].items())
+        out.append(f"| {r['pass_']} | {shape} | {_fmt(ours[0])} | {_fmt(ours[1])} | {_fmt(default)} | "
+                   f"{_fmt(r['vs_cudnn'].get('flash'))} | {r.get('winner') or 'n/a'} | "
+                   f"{_fmt(default / best) if default and best else 'n/a'} | {notes} |")
+    return "\n".join(out) + "\n"
+
+
+def _bh(text: str) -> tuple[int, int]:
+    try:
+        batch, heads = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--bh {text!r} must be BATCHxHEADS, e.g. 4x8") from None
+    if batch < 1 or heads < 1:
+        raise argparse.ArgumentTypeError(f"--bh {text!r}: batch and heads must be at least 1")
+    return batch, heads
+
+
+def parse(argv) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.route", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="examples:\n" + "\n".join(__doc__.split("\n\n")[-1].splitlines()))
+    parser.add_argument("--pass", dest="passes", action="append", choices=("fwd", "bwd"),
+                        help="the pass to measure (repeat for both; default both)")
+    parser.add_argument("--head-dim", type=int, action="append", choices=HEAD_DIMS)
+    parser.add_argument("--n", type=int, action="append", help=f"a length (default {', '.join(map(str, LENGTHS))})")
+    parser.add_argument("--bh", type=_bh, action="append", help="BATCHxHEADS (default 4x8 and 16x16)")
+    parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
+    parser.add_argument("--table", help="write the route table (a Python module) to this file")
+    parser.add_argument("--markdown", help="write the report to this file")
+    parser.add_argument("--json", help="write the raw rows to this file")
+    args = parser.parse_args(argv)
+    if any(n < 1 for n in args.n or ()):
+        parser.error(f"--n must be at least 1; got {min(args.n)}")
+    return args
+
+
+def main(argv=None) -> int:
+    from kernel.measure.timing import environment, environment_line, warm_gpu
+
+    args = parse(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks.route times kernels on a CUDA GPU; this machine has none", file=sys.stderr)
+        return 2
+    causals = {"yes": (True,), "no": (False,), "both": (False, True)}[args.causal]
+    command = "python -m benchmarks.route " + shlex.join(sys.argv[1:] if argv is None else argv)
+    env = environment()
+    warm_gpu()
+    rows = []
+    for pass_ in args.passes or ("fwd", "bwd"):
+        for head_dim in args.head_dim or HEAD_DIMS:
+            for causal in causals:
+                for batch, heads in args.bh or BATCH_HEADS:
+                    for n in args.n or LENGTHS:
+                        row = measure(pass_, batch, heads, n, head_dim, causal)
+                        rows.append(row)
+                        print(report([row], "", "").splitlines()[-1], flush=True)
+    text = report(rows, environment_line(env), command)
+    print(text)
+    write_report(args.markdown, text, args.json, rows)
+    if args.table:
+        with open(args.table, "w") as handle:
+            handle.write(table_source(rows, env, command))
+    return 0 if all(r.get("winner") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The Gluon backward for Hopper. The map: :mod:`kernel`."""

@@ -1,0 +1,98 @@
+"""The Gluon backward's producer warp and the tile bookkeeping its partitions share, and the
+TMA reduce (``tma_reduce_add``, which Triton 3.6's Gluon has in its IR builder but not in
+``hopper.tma``). Read with ``flash_bwd_gluon_kernel.py`` (its module docstring)."""
+
+from __future__ import annotations
+
+from kernel.gluon.attention import GLUON_IMPORT_ERROR, gl, jit, mbarrier, tma
+
+if GLUON_IMPORT_ERROR is None:
+    try:
+        from triton._C.libtriton import ir as _ir
+        from triton.experimental.gluon.language._core import builtin as _builtin
+
+        @_builtin
+        def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+            """Add shared buffer ``src`` into the global tile at ``coord`` of ``tensor_desc`` (TMA
+            reduce, ``cp.reduce.async.bulk.tensor``; rows out of bounds are clipped). It joins the
+            bulk group that ``tma.store_wait`` waits on, as a TMA store does."""
+            coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+            _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                                      src.handle)
+    except (ImportError, AttributeError):  # a Triton without the op: gluon_bwd_support says so
+        tma_reduce_add = None
+else:
+    tma_reduce_add = None
+
+
+# ------------------------------------------------------------------------- tile bookkeeping
+
+
+@jit
+def key_tile_coords(tile, tiles_n, BH, CAUSAL: gl.constexpr):
+    """(key tile, batch x head) of linear tile ``tile``. Causal: key tile 0 (seen by the most
+    queries) of every head first, so the last wave is short; else a head's tiles together."""
+    if CAUSAL:
+        tile_n = tile // BH
+        bh = tile % BH
+    else:
+        tile_n = tile % tiles_n
+        bh = tile // tiles_n
+    return tile_n, bh
+
+
+@jit
+def query_tiles(start_n, N_Q, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """(first, count, masked) for the key tile at ``start_n``: query tiles [first, first + count)
+    see it; the first ``masked`` of them need a mask (the causal diagonal; all of them when the
+    key tile is the ragged last one). Causal query tiles wholly before the key tile are skipped."""
+    tiles_m = gl.cdiv(N_Q, BLOCK_M)
+    if CAUSAL:
+        first = start_n // BLOCK_M
+        diagonal_end = gl.cdiv(start_n + BLOCK_N - 1, BLOCK_M)    # tiles with a row below a key
+    else:
+        first = start_n * 0
+        diagonal_end = first
+    count = gl.maximum(tiles_m - first, 0)
+    masked = gl.minimum(gl.maximum(diagonal_end - first, 0), count)
+    if start_n + BLOCK_N > N_K:
+        masked = count
+    return first, count, masked
+
+
+# ---------------------------------------------------------------------------------- producer
+
+
+@jit
+def _producer(k_desc, v_desc, q_desc, do_desc, kv_bufs, kv_bars, ring, H, BH, N_Q, N_K, CAUSAL: gl.constexpr):
+    """K and V of each key tile once, then Q and dO of its query tiles through the ring."""
+    k_buf, v_buf = kv_bufs
+    kv_ready, kv_empty = kv_bars
+    q_bufs, do_bufs, q_ready, q_empty = ring
+    stages: gl.constexpr = q_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
+    tiles_n = gl.cdiv(N_K, BLOCK_N)
+    count = 0
+    done = 0
+    for tile in range(gl.program_id(0), tiles_n * BH, gl.num_programs(0)):
+        tile_n, bh = key_tile_coords(tile, tiles_n, BH, CAUSAL)
+        batch = bh // H
+        head = bh % H
+        start_n = tile_n * BLOCK_N
+        first, n_tiles, _ = query_tiles(start_n, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
+        mbarrier.wait(kv_empty, (done & 1) ^ 1)
+        mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [batch, head, start_n, 0], kv_ready, k_buf.index(0))
+        tma.async_copy_global_to_shared(v_desc, [batch, head, start_n, 0], kv_ready, v_buf.index(0))
+        for i in range(n_tiles):
+            index = count + i
+            stage = index % stages
+            mbarrier.wait(q_empty.index(stage), ((index // stages) & 1) ^ 1)
+            bar = q_ready.index(stage)
+            mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            start_m = (first + i) * BLOCK_M
+            tma.async_copy_global_to_shared(q_desc, [batch, head, start_m, 0], bar, q_bufs.index(stage))
+            tma.async_copy_global_to_shared(do_desc, [batch, head, start_m, 0], bar, do_bufs.index(stage))
+        count += n_tiles
+        done += 1  # noqa: SIM113 (device code: no enumerate)

@@ -1,0 +1,1 @@
+"""The Gluon forward for Hopper. The map: :mod:`kernel`."""

@@ -1,0 +1,104 @@
+"""The measured route (kernel/route_table.py, kernel.route.measured_kernel, benchmarks/route.py): the
+committed table says where it was measured, the default call follows it bucket by bucket, and the
+benchmark writes a table the kernel reads back."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import kernel
+import kernel.gluon.bwd.launch as gluon_bwd
+import kernel.gluon.fwd.launch as gluon_fwd
+import kernel.route as route
+import kernel.route_table as route_table
+from benchmarks.route import table_source, winner
+
+KERNELS = {"fwd": {"triton", "ws", "pipelined"}, "bwd": {"triton", "gluon"}}
+
+
+def test_the_committed_table_names_its_command_gpu_versions_and_date_and_holds_only_known_kernels():
+    measured = route_table.MEASURED
+    assert measured["command"].startswith("python -m benchmarks.route")
+    assert re.search(r"sm_\d+", measured["gpu"]) and measured["torch"] and measured["triton"]
+    assert re.match(r"\d{4}-\d{2}-\d{2}", measured["date"])
+    for field in ("command", "gpu", "triton", "date"):
+        assert measured[field] in route_table.__doc__, field       # the header says it too
+    for pass_, table in (("fwd", route_table.FORWARD), ("bwd", route_table.BACKWARD)):
+        assert table, f"the {pass_} table is empty"
+        for (head_dim, causal, length, batch_heads), name in table.items():
+            assert head_dim in (64, 128) and causal in (False, True) and length >= 1 and batch_heads >= 1
+            assert name in KERNELS[pass_], (pass_, name)
+
+
+TABLE = {(64, False, 256, 32): "ws", (64, False, 4096, 32): "triton", (64, False, 256, 256): "triton"}
+
+
+@pytest.mark.parametrize("shape, wanted", [
+    ((4, 8, 300, 64), "ws"),          # nearest length 256
+    ((4, 8, 3000, 64), "triton"),     # nearest 4096
+    ((4, 8, 1024, 64), "ws"),         # as far from 256 as from 4096 (in log2): the smaller bucket
+    ((8, 25, 256, 64), "triton"),     # 200 heads' worth: nearest 256
+    ((32, 300, 64), "ws"),            # [B, N, D]: batch x heads is B
+])
+def test_a_call_takes_the_entry_of_the_nearest_bucket(shape, wanted):
+    q = torch.empty(shape)
+    assert route.measured_kernel("fwd", q, q, False, TABLE) == wanted
+
+
+def test_a_head_dim_or_mask_the_table_lacks_is_left_to_the_typed_tables():
+    q = torch.empty(4, 8, 256, 128)
+    assert route.measured_kernel("fwd", q, q, False, TABLE) is None
+    assert route.measured_kernel("fwd", torch.empty(4, 8, 256, 64), torch.empty(4, 8, 256, 64), True, TABLE) is None
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """Every device routes; the Gluon plans record their calls instead of launching."""
+    calls = []
+
+    def fwd_plan(q, k, v, causal, variant, knobs, out=None, lse=None):
+        return lambda q, k, v, out=None, lse=None: calls.append(("fwd", variant)) or (torch.zeros_like(q),
+                                                                                       torch.zeros(q.shape[:-1]))
+
+    def bwd_plan(q, k, v, out, lse, dout, causal, knobs, grads):
+        return lambda q, k, v, out, lse, dout, *grads: calls.append(("bwd", "gluon")) or tuple(
+            torch.zeros_like(t) for t in (q, k, v))
+
+    monkeypatch.setattr(route, "route_reason", lambda device: None)
+    monkeypatch.setattr(route, "backward_route_reason", lambda device: None)
+    monkeypatch.setattr(gluon_fwd, "checked_plan", fwd_plan)
+    monkeypatch.setattr(gluon_bwd, "checked_plan", bwd_plan)
+    return calls
+
+
+@pytest.mark.parametrize("n, gluon", [(256, True), (4096, False)])
+def test_the_default_call_follows_the_measured_table_in_both_passes(hopper, monkeypatch, n, gluon):
+    monkeypatch.setattr(route_table, "FORWARD", {(64, True, 256, 2): "ws", (64, True, 4096, 2): "triton"})
+    monkeypatch.setattr(route_table, "BACKWARD", {(64, True, 256, 2): "gluon", (64, True, 4096, 2): "triton"})
+    q, k, v = (torch.randn(1, 2, n, 64, dtype=torch.float16) for _ in range(3))
+    out, lse = kernel.flash_attn_fwd(q, k, v, True)
+    kernel.flash_attn_bwd(torch.randn_like(q), q, k, v, out, lse, True)
+    assert hopper == ([("fwd", "ws"), ("bwd", "gluon")] if gluon else [])
+
+
+def test_the_benchmark_writes_a_table_the_route_reads_back():
+    rows = [dict(pass_="fwd", B=4, H=8, N=512, D=64, causal=False, vs_cudnn=dict(triton=0.70, ws=0.64),
+                 winner="triton"),
+            dict(pass_="bwd", B=16, H=16, N=4096, D=128, causal=True, vs_cudnn=dict(triton=0.8, gluon=1.1),
+                 winner="gluon")]
+    env = dict(gpu="NVIDIA H200 (sm_90, 132 SMs)", torch="2.11.0", triton="3.6.0", date="2026-12-03 12:00 UTC")
+    namespace = {}
+    exec(table_source(rows, env, "python -m benchmarks.route --n 512"), namespace)
+    assert namespace["FORWARD"] == {(64, False, 512, 32): "triton"}
+    assert namespace["BACKWARD"] == {(128, True, 4096, 256): "gluon"}
+    assert namespace["MEASURED"]["gpu"] == env["gpu"] and "--n 512" in namespace["__doc__"]
+
+
+def test_the_winner_is_the_faster_of_ours_and_a_tie_keeps_triton():
+    assert winner(dict(triton=0.70, ws=0.80)) == "ws"
+    assert winner(dict(triton=0.80, ws=0.805)) == "triton"      # within 1%: noise
+    assert winner(dict(triton=0.80, gluon=0.70)) == "triton"
+    assert winner(dict(gluon=0.7)) == "gluon" and winner({}) is None
