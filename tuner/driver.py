@@ -291,13 +291,14 @@ class Sweep:
         with self.lock:
             self.known[asked.config.key] = rows
         value = records.objective(rows, self.ctx.study.metric)
-        status = Status(rows[0].status)
+        status, stage = Status(rows[0].status), str(rows[0].stage)
         with TIMELINE.span("tell", trial=asked.number):     # "config" was set as it was asked
             self.search.tell(asked.number, value, {"status": str(status), "reason": (rows[0].reason or "")[:300],
-                                                   "reused": reused})
+                                                   "reused": reused, search.STAGE_ATTR: stage})
         with self.lock:
             self.counts[status] += 1
-            self.progress.update(asked.config, value, status, self.ctx.study.metric)
+            if stage != str(Stage.BUDGET):      # a config the budget refuses costs no trial (SearchSession.counted)
+                self.progress.update(asked.config, value, status, self.ctx.study.metric)
         if status == Status.COMPILE_ERROR and not reused:    # one line here; the whole error is in the store
             print(f"compile_error {asked.config.key}: {headline(rows[0].reason)}", file=sys.stderr)
 

@@ -34,6 +34,7 @@ from tuner.gate import EDGE_MARGIN
 from tuner.gpus import GpuSpec, valid_names
 from tuner.outcome import WorkerFailed
 from tuner.outputs import budget_only_ending, profile_best, write_outputs
+from tuner.pre_gpu_stages import dropped, for_target
 from tuner.records import RunContext
 from tuner.report import summary
 from tuner.store import (
@@ -93,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sampler", default="tpe", help=f"one of {', '.join(search.SAMPLERS)} (default tpe; "
                                                           "grid times every config of the space once)")
     parser.add_argument("--trials", type=int, help="total trials for the study, counting earlier runs "
-                                                   "(default 100; ignored by grid, which stops when the space is done)")
+                                                   "(default 100; ignored by grid, which stops when the space is done). "
+                                                   "A config the budget refuses costs none: Optuna learns it is "
+                                                   "infeasible and is asked again (as many again at most)")
     parser.add_argument("--timeout", type=float, help="stop asking for new trials after this many seconds")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--storage", help="SQLAlchemy database URL for results and the Optuna study "
@@ -255,7 +258,7 @@ def main(argv=None) -> int:
         return usage_error(parser, f"--study: {study.path} is named {study.name!r}, but {url} already holds a "
                                    f"different study under that name (from {stored.path}); rename the new study "
                                    f"or use another --storage, so that the two are never mixed")
-    return _run(args, parser, study, target, present, gpu_label, db, argv)
+    return _run(args, parser, for_target(study, target), target, present, gpu_label, db, argv)
 
 
 def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> int:
@@ -327,8 +330,9 @@ def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
         batch=args.batch, trial_timeout_s=args.trial_timeout, device=args.device, finalists=args.finalists,
         rounds=args.rounds, retime=args.retime, workers=args.workers, edge_gate=args.edge_gate))
     study, target = ctx.study, ctx.target
+    left_out = f" ({', '.join(dropped(study))} left out: {target.name} cannot run them)" if dropped(study) else ""
     print(f"study {study.name} ({study.path}): {len(study.shapes)} shape(s), {len(study.space.all_configs())} "
-          f"configs; target {target.name}; GPU used: {ctx.gpu_label}"
+          f"configs{left_out}; target {target.name}; GPU used: {ctx.gpu_label}"
           + (f" x {args.workers} workers" if args.workers > 1 else "") + f"; storage {db.url}", file=sys.stderr)
     if present is None and args.device != "cpu":
         counts = sweep.budget_only()
