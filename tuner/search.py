@@ -250,6 +250,14 @@ class SearchSession:
         spent = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING) for t in trials)
         return spent - min(self.total, sum(t.state.is_finished() and budget_refused(t) for t in trials))
 
+    def done(self) -> bool:
+        """Nothing is left to ask: no orphan, no trial waiting or running, the grid or ``--trials`` spent
+        (a warm re-run of a finished study, which :class:`tuner.driver.Sweep` then starts no device for)."""
+        trials = self.study.get_trials(deepcopy=False)
+        if self.orphans or any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials):
+            return False
+        return grid_left(trials, self.space) <= 0 if self.grid else self.counted(trials) >= self.total
+
     def _next_orphan(self) -> tuple[int, object] | None:
         while True:
             with self.lock:
