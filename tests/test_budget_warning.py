@@ -24,7 +24,7 @@ def test_the_whole_space_is_announced_with_its_compile_count(no_compiles, capsys
     """Bug caught: 522 compiles started without a word (minutes on a few cores the first time)."""
     assert budget_cli.main(["--gpu", "sm_89"]) == 0
     err = capsys.readouterr().err
-    assert "warning: compiling 522 of 1500 configs for sm_89 on this machine's CPU" in err
+    assert "warning: compiling 522 of 750 configs for sm_89 on this machine's CPU" in err
     assert "--model-only compiles nothing" in err and no_compiles == [True]
 
 

@@ -183,10 +183,13 @@ def test_tpe_search_reuses_known_configs_and_stops_at_trials(tiny, tmp_path, swe
     db = tmp_path / "p.db"
     assert sweep.main(sweep_args(tiny, db, "--sampler", "tpe", "--trials", "10", "--seed", "1",
                                  "--finalists", "0")) == 0
-    assert query(db, "select count(*) from trials where state = 'COMPLETE'")[0][0] == 10
     # TPE may ask for a config twice; it is never timed twice
     assert all(count == 1 for _, count in query(db, "select config, count(*) from fa2_results group by config, shape"))
     study = optuna.load_study(study_name="tiny@sm_89-interpreter", storage=f"sqlite:///{db}")
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    refused = [t for t in complete if t.user_attrs["stage"] == "budget"]     # the study's restriction refuses 2
+    assert len(complete) - len(refused) == 10 and len(refused) <= 10      # a refused config costs no trial
+    assert all(t.user_attrs["status"] == "restricted" for t in refused)
     assert study.best_value > 0 and study.user_attrs["metric"] == "speedup_vs_flash"
 
 

@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from kernel.measure.timing import WALL
-from tuner import finalists, records, report, search
+from tuner import finalists, records, report, search, winners
 from tuner.budget import CompilePool, CompileTask
 from tuner.budget_only import budget_only, search_study_name
 from tuner.contenders import Contenders
@@ -56,6 +56,7 @@ class SweepOptions:
     retime: str = "adaptive"     # or "fixed": the protocol before it (kernel.measure.retime's module doc)
     workers: int = 1             # GPU worker processes, one per device (threads of this sweep drive them)
     edge_gate: str = "contenders"    # or "all": whose edge shapes are checked (tuner.contenders)
+    retime_finalists: bool = False   # re-time the finalists even where their stored verdicts stand
 
 
 @dataclass
@@ -126,7 +127,8 @@ class Sweep:
         self.slots = [Slot(i, GpuWorker(ctx.study.shapes, timing, options.trial_timeout_s, options.device, i, kernel),
                            replace(ctx, baselines={})) for i in range(options.workers)]
         self.pool = CompilePool(jobs)
-        if options.device != "cpu":
+        self.warm = self.search.done() and self._stored_verdicts() is not None    # nothing to time, nothing to re-time
+        if options.device != "cpu" and not self.warm:
             self.pool.start()         # the workers import Triton while Optuna and the GPU worker start
         # Nothing compiles after the search: the pool's processes exit while the finalists are timed.
         pool_closing = threading.Thread(target=self.pool.close, name="fa2-tuner-close-pool")
@@ -161,7 +163,10 @@ class Sweep:
         # a device and its edge compiles, then stores and tells, while other trials hold the devices.
         threads = ThreadPoolExecutor(window + len(self.slots), thread_name_prefix="fa2-tuner-trial")
         for slot in self.slots:       # each device starts and measures SDPA while the first trials compile
-            threads.submit(self._prepare, slot)
+            if self.warm:             # ... unless a warm re-run has nothing for it (a trial that comes starts it)
+                self.free.put(slot)
+            else:
+                threads.submit(self._prepare, slot)
         try:
             stream(lambda: self._ask(deadline), self._process, window, threads, in_order=self.options.sampler == "tpe")
         finally:
@@ -291,13 +296,14 @@ class Sweep:
         with self.lock:
             self.known[asked.config.key] = rows
         value = records.objective(rows, self.ctx.study.metric)
-        status = Status(rows[0].status)
+        status, stage = Status(rows[0].status), str(rows[0].stage)
         with TIMELINE.span("tell", trial=asked.number):     # "config" was set as it was asked
             self.search.tell(asked.number, value, {"status": str(status), "reason": (rows[0].reason or "")[:300],
-                                                   "reused": reused})
+                                                   "reused": reused, search.STAGE_ATTR: stage})
         with self.lock:
             self.counts[status] += 1
-            self.progress.update(asked.config, value, status, self.ctx.study.metric)
+            if stage != str(Stage.BUDGET):      # a config the budget refuses costs no trial (SearchSession.counted)
+                self.progress.update(asked.config, value, status, self.ctx.study.metric)
         if status == Status.COMPILE_ERROR and not reused:    # one line here; the whole error is in the store
             print(f"compile_error {asked.config.key}: {headline(rows[0].reason)}", file=sys.stderr)
 
@@ -345,8 +351,15 @@ class Sweep:
             self.clock.drift = max(drifts) if drifts else None
 
     def retime_finalists(self) -> dict[str, finalists.ShapeVerdict]:
-        """Re-time each shape's top configs together and store the verdicts."""
+        """Re-time each shape's top configs together and store the verdicts; where this run timed nothing new
+        and the store holds verdicts on these very finalists, those stand (:meth:`_stored_verdicts`)."""
         ctx = self.ctx
+        stored = self._stored_verdicts()
+        if stored is not None:
+            print("finalists: nothing new was timed, so their stored verdicts stand (--retime-finalists re-times "
+                  "them)", file=sys.stderr)
+            self.verdicts = stored
+            return stored
         rows = self.store.results(ctx.study.name, ctx.target.name, ctx.gpu_label)
         chosen = finalists.select_finalists(rows, self.options.finalists)
         if not chosen:
@@ -369,3 +382,15 @@ class Sweep:
         self.store.replace_finalists(stored)
         return self.verdicts
 
+    def _stored_verdicts(self) -> dict[str, finalists.ShapeVerdict] | None:
+        """The finalists' stored verdicts where a re-run takes them as they are: this run timed nothing new
+        and they judge the very finalists chosen now (:func:`tuner.finalists.covers`); so a re-run emits the
+        same list, measuring nothing. None otherwise, and under ``--retime-finalists``."""
+        ctx, top = self.ctx, self.options.finalists
+        if self.options.retime_finalists or top <= 0:
+            return None
+        rows = self.store.results(ctx.study.name, ctx.target.name, ctx.gpu_label)
+        if any(r.run_id == ctx.run_id and r.status == Status.TIMED for r in rows):
+            return None
+        stored = winners.verdicts_of(self.store, ctx.study.name, ctx.target.name, ctx.gpu_label)
+        return stored if finalists.covers(finalists.select_finalists(rows, top), stored) else None

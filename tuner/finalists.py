@@ -38,7 +38,7 @@ from tuner.outcome import SDPA_KEYS
 from tuner.records import best_across_shapes, fastest_first, timed_on
 from tuner.store import Finalist, Result
 
-__all__ = ["FinalistTiming", "ShapeVerdict", "judge", "judge_rounds", "round_orders", "select_finalists"]
+__all__ = ["FinalistTiming", "ShapeVerdict", "covers", "judge", "judge_rounds", "round_orders", "select_finalists"]
 
 
 RETIMES = ("adaptive", "fixed")     # the finalists' protocols (the sweep's --retime)
@@ -69,6 +69,13 @@ def select_finalists(rows: list[Result], top: int = 5) -> dict[str, list[str]]:
         if keys:
             chosen[shape] = keys
     return chosen
+
+
+def covers(chosen: dict[str, list[str]], stored: dict[str, ShapeVerdict]) -> bool:
+    """The stored verdicts judge exactly these finalists: the same shapes, the same configs at each
+    (a re-run that timed nothing new takes them as they are, :meth:`tuner.driver.Sweep.retime_finalists`)."""
+    return bool(chosen) and set(chosen) == set(stored) and all(
+        {t.config for t in stored[label].ranked} == set(keys) for label, keys in chosen.items())
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tuner import budget
 from tuner.budget import CompileInfo, CompileTask
@@ -37,6 +37,24 @@ class Compiled:
 
     fields: dict
     rejection: Rejection | None = None
+
+
+def for_target(study: Study, target: GpuSpec) -> Study:
+    """The study as ``target`` searches it: its space less the knob values the target (or the installed
+    Triton) can never run (:meth:`tuner.space.SearchSpace.runnable_on`: no TMA on sm_89), so that no trial
+    goes to them; its fingerprint stays the file's. Itself where nothing leaves."""
+    space = study.space.runnable_on(target)
+    if space == study.space:
+        return study
+    return replace(study, space=space, defined_space=study.defined_space or study.space)
+
+
+def dropped(study: Study) -> list[str]:
+    """``axis value`` of each value a target took out of the study's space (:func:`for_target`), for messages."""
+    if study.defined_space is None:
+        return []
+    return [f"{name}={value}" for name, values in study.defined_space.axes for value in values
+            if value not in study.space[name]]
 
 
 def budget_stage(config, study: Study, target: GpuSpec) -> Rejection | None:

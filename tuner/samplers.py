@@ -11,9 +11,28 @@ from optuna.trial import TrialState
 
 from tuner.space import CATEGORICAL, LOG2, SearchSpace
 
-__all__ = ["SAMPLERS", "asked_axes", "config_of", "distributions", "fully_asked", "make_sampler"]
+__all__ = ["SAMPLERS", "STAGE_ATTR", "asked_axes", "budget_refused", "config_of", "constraints", "distributions",
+           "fully_asked", "make_sampler"]
 
 SAMPLERS = ("tpe", "grid", "random")
+STAGE_ATTR = "stage"      # a finished trial's user attribute: the last stage it reached ("budget": refused there)
+
+
+def constraints(trial) -> tuple[float]:
+    """A finished trial's constraint, from the verdict stored on it (its value and its user attributes):
+    1.0 (infeasible) where a stage refused the config (the budget's verdict first among them) or nothing
+    was timed (value 0), 0.0 where it was timed. Told with each trial (:meth:`tuner.search.SearchSession.tell`,
+    Optuna's ``set_constraint``), TPE reads it from the trial: refused configs fall in its "bad" group as
+    infeasible, not as slow, so it learns where the budget's boundary lies (Optuna 5's TPE splits on
+    the trial's constraints; its ``constraints_func`` is the deprecated form of the same)."""
+    refused = budget_refused(trial) or not (trial.value or 0) > 0
+    return (1.0 if refused else 0.0,)
+
+
+def budget_refused(trial) -> bool:
+    """The trial's config was refused by the budget (the study's space and restrictions, the knob rules,
+    the model): a verdict of a pure function of the config, had before anything was compiled or timed."""
+    return trial.user_attrs.get(STAGE_ATTR) == "budget"
 
 
 def asked_axes(space: SearchSpace) -> list[tuple[object, tuple]]:

@@ -17,15 +17,27 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import optuna
+from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from tuner.samplers import SAMPLERS, config_of, distributions, fully_asked, make_sampler
+from tuner.samplers import (
+    SAMPLERS,
+    STAGE_ATTR,
+    budget_refused,
+    config_of,
+    constraints,
+    distributions,
+    fully_asked,
+    make_sampler,
+)
 from tuner.space import SearchSpace
 from tuner.store import commit_without_fsync, engine_options, mentions, pid_alive, retrying
 
-__all__ = ["GRACE_S", "HEARTBEAT", "HEARTBEAT_S", "OWNER_ATTR", "REJECTED_CONSTRAINT", "SAMPLERS", "SearchSession",
+__all__ = ["GRACE_S", "HEARTBEAT", "HEARTBEAT_S", "OWNER_ATTR", "REJECTED_CONSTRAINT", "SAMPLERS", "STAGE_ATTR",
+           "SearchSession",
            "config_of", "distributions", "grid_left", "grid_size", "make_sampler", "open_storage", "orphaned_trials",
            "owner", "owner_dead"]
 
@@ -181,7 +193,7 @@ class SearchSession:
         for key, value in attrs.items():
             if self.study.user_attrs.get(key) != value:
                 self.study.set_user_attr(key, value)
-        self.distributions = distributions(space, sampler)
+        self.distributions = as_stored(self.study, distributions(space, sampler))
         if warm and not self.grid and not self.study.get_trials(deepcopy=False):
             for config in warm:     # asked before anything the sampler proposes
                 self.study.enqueue_trial(space.trial_params(config, sampler == "tpe"), skip_if_exists=True)
@@ -231,6 +243,21 @@ class SearchSession:
                 return answer
             time.sleep(HEARTBEAT[0])
 
+    def counted(self, trials: list) -> int:
+        """The trials that count towards ``--trials``: finished or running, less those the budget refused
+        (:func:`tuner.samplers.budget_refused`: told infeasible, so TPE learns the boundary, then asked again;
+        at most ``total`` of them go free, so a space the budget refuses mostly still ends)."""
+        spent = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING) for t in trials)
+        return spent - min(self.total, sum(t.state.is_finished() and budget_refused(t) for t in trials))
+
+    def done(self) -> bool:
+        """Nothing is left to ask: no orphan, no trial waiting or running, the grid or ``--trials`` spent
+        (a warm re-run of a finished study, which :class:`tuner.driver.Sweep` then starts no device for)."""
+        trials = self.study.get_trials(deepcopy=False)
+        if self.orphans or any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in trials):
+            return False
+        return grid_left(trials, self.space) <= 0 if self.grid else self.counted(trials) >= self.total
+
     def _next_orphan(self) -> tuple[int, object] | None:
         while True:
             with self.lock:
@@ -255,9 +282,7 @@ class SearchSession:
             return orphan
         trials = self.study.get_trials(deepcopy=False)      # one read decides whether the study is done
         waiting = any(t.state == TrialState.WAITING for t in trials)
-        if not waiting and (grid_left(trials, self.space) <= 0 if self.grid else
-                            sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-                                for t in trials) >= self.total):
+        if not waiting and (grid_left(trials, self.space) <= 0 if self.grid else self.counted(trials) >= self.total):
             others = [t for t in trials if t.state == TrialState.RUNNING and t._trial_id not in self.heartbeat.held]
             if not others or self.heartbeat.held:     # never wait while holding trials others may wait on
                 return None
@@ -297,7 +322,7 @@ class SearchSession:
         return trial.state == TrialState.RUNNING and not owner_dead(trial)
 
     def tell(self, number: int, value: float, attrs: dict) -> bool:
-        """Finish a trial: its attributes, the rejected constraint (value 0), then its value.
+        """Finish a trial: its attributes, the rejected constraint (:func:`tuner.samplers.constraints`), then its value.
 
         Returns:
             False if the trial was already finished elsewhere (another sweep judged this
@@ -309,11 +334,29 @@ class SearchSession:
         try:       # a trial finished elsewhere refuses the first attribute (UpdateFinishedTrialError)
             for key, item in attrs.items():
                 trial.set_user_attr(key, item)
-            trial.set_constraint(REJECTED_CONSTRAINT, 0.0 if value > 0 else 1.0)
+            trial.set_constraint(REJECTED_CONSTRAINT, constraints(SimpleNamespace(value=value, user_attrs=attrs))[0])
             self.study.tell(number, value)
         except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
             return False
         return True
+
+
+def as_stored(study: optuna.Study, wanted: dict) -> dict:
+    """The distributions to ask with: ``wanted``, but a categorical's stored distribution where the study's
+    trials asked it over more choices (a space narrowed since, as a target narrows it: ``tma`` [false] on
+    sm_89, asked [false, true] by a sweep before; Optuna refuses a categorical's choices changing under a
+    stored study). The sampler's other choices are refused by the budget, as outside the study's space."""
+    stored: dict = {}
+    for trial in study.get_trials(deepcopy=False):
+        for name, distribution in trial.distributions.items():
+            stored.setdefault(name, distribution)
+    out = {}
+    for name, distribution in wanted.items():
+        old = stored.get(name, distribution)
+        wider = (isinstance(old, CategoricalDistribution) and isinstance(distribution, CategoricalDistribution)
+                 and set(distribution.choices) < set(old.choices))
+        out[name] = old if wider else distribution
+    return out
 
 
 def _create_study(name: str, storage, sampler) -> optuna.Study:

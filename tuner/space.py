@@ -215,6 +215,19 @@ class SearchSpace:
         config_type = self.kernel.config_type
         return [config_type(*values) for values in itertools.product(*(values for _, values in self.axes))]
 
+    def runnable_on(self, gpu) -> SearchSpace:
+        """This space less the knob values ``gpu`` (or the installed Triton) can never run: a knob keeps a
+        value only where some config of the space carrying it passes the kernel's budget rule (so TMA and
+        warp specialization leave an sm_89 space; warp specialization stays on sm_90, where only some warp
+        counts refuse it). Tiles, and combinations the rule refuses, stay: the budget judges those. A space
+        of which the target runs nothing is left whole (the budget says why of each config)."""
+        runs = [c for c in self.all_configs() if self.kernel.budget_rule(c, gpu) is None]
+        if not runs:
+            return self
+        seen = {a.name: {getattr(c, a.name) for c in runs} for a in self.kernel.config_type.knobs()}
+        return SearchSpace(self.kernel, tuple((name, tuple(v for v in values if v in seen[name]) if name in seen
+                                               else values) for name, values in self.axes))
+
     def configs(self, head_dim: int) -> list:
         """The combinations the kernel can run at this head dim (its restriction)."""
         return [c for c in self.all_configs() if self.kernel.restriction(c, head_dim) is None]

@@ -93,6 +93,7 @@ class Study:
     path: str = ""
     kernel_name: str = kernels.DEFAULT_KERNEL     # as the study file names it (a registered name or a module path)
     pass_: str = kernels.DEFAULT_PASS
+    defined_space: SearchSpace | None = None  # the file's, where a target narrowed ``space`` (the fingerprint's)
 
     @property
     def kernel(self) -> kernels.TunableKernel:
@@ -113,8 +114,7 @@ class Study:
             kernel = kernels.get(self.kernel_name, pass_)
         except kernels.KernelNotFound as exc:
             raise StudyError(f"--pass {pass_!r}: {exc}") from None
-        return replace(self, name=f"{self.name}-{kernel.pass_}", space=kernel.space(), restrictions=(),
-                       pass_=kernel.pass_)
+        return replace(self, name=f"{self.name}-{pass_}", space=kernel.space(), restrictions=(), pass_=kernel.pass_)
 
     def variants(self) -> list[Problem]:
         """One problem per compiled specialisation (the kernel's :meth:`~tuner.kernels.TunableKernel.specialisation`).
@@ -152,12 +152,12 @@ class Study:
     @property
     def fingerprint(self) -> str:
         """A hash of what the study measures (kernel, shapes, space, restrictions, metric, timing),
-        not of its file: comments and the description may change, the definition may not.
-        Knob axes left plain are not part of it, so a study of the plain kernel keeps the
-        fingerprint it had before the knobs existed; nor is the kernel while it is the default
-        (the Triton forward), so a study keeps the fingerprint it had before kernels had names."""
+        not of its file: comments and the description may change, the definition may not. Knob axes
+        left plain are not part of it (a study of the plain kernel keeps the fingerprint it had before
+        the knobs existed), nor the kernel while it is the default (the Triton forward), nor a target's
+        narrowing of the space (:func:`tuner.pre_gpu_stages.for_target`: the file's space counts)."""
         plain = {a.name: a.plain for a in self.kernel.config_type.knobs()}
-        space = {name: list(values) for name, values in self.space.axes
+        space = {name: list(values) for name, values in (self.defined_space or self.space).axes
                  if name not in plain or tuple(values) != (plain[name],)}
         space["exclude"] = []       # a field the space once had, always empty; kept so fingerprints stay
         definition = dict(name=self.name, shapes=[asdict(s) for s in self.shapes], space=space,

@@ -34,6 +34,7 @@ from tuner.gate import EDGE_MARGIN
 from tuner.gpus import GpuSpec, valid_names
 from tuner.outcome import WorkerFailed
 from tuner.outputs import budget_only_ending, profile_best, write_outputs
+from tuner.pre_gpu_stages import dropped, for_target
 from tuner.records import RunContext
 from tuner.report import summary
 from tuner.store import (
@@ -93,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sampler", default="tpe", help=f"one of {', '.join(search.SAMPLERS)} (default tpe; "
                                                           "grid times every config of the space once)")
     parser.add_argument("--trials", type=int, help="total trials for the study, counting earlier runs "
-                                                   "(default 100; ignored by grid, which stops when the space is done)")
+                                                   "(default 100; ignored by grid, which stops when the space is "
+                                                   "done). A config the budget refuses costs none: Optuna learns it "
+                                                   "is infeasible and is asked again (as many again at most)")
     parser.add_argument("--timeout", type=float, help="stop asking for new trials after this many seconds")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--storage", help="SQLAlchemy database URL for results and the Optuna study "
@@ -112,14 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int,
                         help="GPU worker processes, one per visible device, all on one study (default: every "
                              "visible GPU). Several hosts share a study through --storage postgresql+psycopg://...")
-    parser.add_argument("--finalists", type=int, default=5,
-                        help="configs per shape re-timed together after the search (default 5; 0: none)")
-    parser.add_argument("--retime", choices=RETIMES, default="adaptive",
-                        help="the finalists' protocol: adaptive (each graph built once, the clock settled once "
-                             "per shape, rounds until the leader is outside the noise; default) or fixed (5 rounds, "
-                             "each measurement settled 100 ms and timed 200 ms: the protocol before)")
-    parser.add_argument("--rounds", type=int,
-                        help="adaptive: the most rounds (default 10); fixed: the rounds (default 5)")
+    _finalist_flags(parser)
     parser.add_argument("--edge-gate", choices=EDGE_GATES, default=EDGE_GATES[0],
                         help="whose gate edge shapes (one valid row and key in the last tiles, odd lengths) are "
                              "checked where they need a binary of their own: contenders (configs timed within "
@@ -133,6 +129,21 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "file for ui.perfetto.dev; and say how long the GPU sat idle")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help=argparse.SUPPRESS)
     return parser
+
+
+def _finalist_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of the finalists' re-timing after the search."""
+    parser.add_argument("--finalists", type=int, default=5,
+                        help="configs per shape re-timed together after the search (default 5; 0: none)")
+    parser.add_argument("--retime", choices=RETIMES, default="adaptive",
+                        help="the finalists' protocol: adaptive (each graph built once, the clock settled once "
+                             "per shape, rounds until the leader is outside the noise; default) or fixed (5 rounds, "
+                             "each measurement settled 100 ms and timed 200 ms: the protocol before)")
+    parser.add_argument("--retime-finalists", action="store_true",
+                        help="re-time the finalists even when this run timed nothing new and the store holds "
+                             "their verdicts (which otherwise stand: a re-run emits the same list, measuring nothing)")
+    parser.add_argument("--rounds", type=int,
+                        help="adaptive: the most rounds (default 10); fixed: the rounds (default 5)")
 
 
 def _check_numbers(args) -> str | None:
@@ -255,7 +266,7 @@ def main(argv=None) -> int:
         return usage_error(parser, f"--study: {study.path} is named {study.name!r}, but {url} already holds a "
                                    f"different study under that name (from {stored.path}); rename the new study "
                                    f"or use another --storage, so that the two are never mixed")
-    return _run(args, parser, study, target, present, gpu_label, db, argv)
+    return _run(args, parser, for_target(study, target), target, present, gpu_label, db, argv)
 
 
 def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> int:
@@ -325,10 +336,12 @@ def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
     sweep = Sweep(ctx, db, present, SweepOptions(
         sampler=args.sampler, trials=args.trials, timeout_s=args.timeout, seed=args.seed, jobs=args.jobs,
         batch=args.batch, trial_timeout_s=args.trial_timeout, device=args.device, finalists=args.finalists,
-        rounds=args.rounds, retime=args.retime, workers=args.workers, edge_gate=args.edge_gate))
+        rounds=args.rounds, retime=args.retime, workers=args.workers, edge_gate=args.edge_gate,
+        retime_finalists=args.retime_finalists))
     study, target = ctx.study, ctx.target
+    left_out = f" ({', '.join(dropped(study))} left out: {target.name} cannot run them)" if dropped(study) else ""
     print(f"study {study.name} ({study.path}): {len(study.shapes)} shape(s), {len(study.space.all_configs())} "
-          f"configs; target {target.name}; GPU used: {ctx.gpu_label}"
+          f"configs{left_out}; target {target.name}; GPU used: {ctx.gpu_label}"
           + (f" x {args.workers} workers" if args.workers > 1 else "") + f"; storage {db.url}", file=sys.stderr)
     if present is None and args.device != "cpu":
         counts = sweep.budget_only()

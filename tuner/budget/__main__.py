@@ -74,8 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         kernel = kernels.get(args.kernel, args.pass_)
     except kernels.KernelNotFound as exc:
         return usage_error(parser, f"--kernel: {exc}")
-    try:
-        configs = [kernel.config_type.parse(text) for text in args.config] or kernel.space().all_configs()
+    try:      # a config given is judged as given; the default space holds only the knobs the target can run
+        given = [kernel.config_type.parse(text) for text in args.config]
+        configs = given or kernel.space().runnable_on(gpu).all_configs()
     except ValueError as exc:
         return usage_error(parser, f"--config: {exc}")
     problem = Problem(head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)
