@@ -272,14 +272,17 @@ def test_a_profilers_launch_hook_sees_every_call(fresh_inputs):
 def test_the_routed_default_call_launches_its_plan_directly(causal, fresh_inputs, monkeypatch):
     import kernel
     import kernel.route as route
+    import kernel.route_table as route_table
 
     if route.default_variant(128, causal) is None:
         pytest.skip("this machine does not route D=128 to the Gluon kernel")
     monkeypatch.setattr(route, "ROUTE_MIN_FLOPS", 0)
+    monkeypatch.setattr(route_table, "FORWARD", {})       # the plan's launches, not the measured table's choice
     for q, k, v in _gpu_sets(fresh_inputs, (2, 3, 385, 128), (2, 3, 129, 128)):
         out, lse = nan_outputs_like(q)
         kernel.flash_attn_fwd(q, k, v, causal, out=out, lse=lse)
         ref, ref_lse = _jit_outputs(q, k, v, causal, route.default_variant(128, causal))
         assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
-    routed = kernel.plan_for(kernel.JIT_KERNEL, kernel.triton.fwd.KNOB_DEFAULTS, q, k, v, causal, out, lse)
+    routed = kernel.plan_for(kernel.JIT_KERNEL, kernel.triton.fwd.KNOB_DEFAULTS, q, k, v, causal, out, lse,
+                             route.gluon_plan)
     assert isinstance(routed, route.GluonPlan) and routed.launch.mode == "maps"
