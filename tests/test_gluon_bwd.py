@@ -29,8 +29,8 @@ from kernel.gluon.smem import SMEM_LIMIT, STATIC_SMEM
 
 SPILLS = spill_allowance()      # stack bytes allowed (0 but under Triton 3.9's ptxas)
 API_REASON = gluon_api_support()
-needs_gluon_api = pytest.mark.skipif(API_REASON is not None, reason=f"compile tests need Triton 3.6's Gluon: "
-                                                                    f"{API_REASON}")
+needs_gluon_api = pytest.mark.skipif(API_REASON is not None,
+                                     reason=f"compile tests need a Gluon with the kernels' API: {API_REASON}")
 RUN_REASON = gluon_bwd_support() if torch.cuda.is_available() else "needs a CUDA GPU"
 needs_hopper = pytest.mark.skipif(RUN_REASON is not None, reason=str(RUN_REASON))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
