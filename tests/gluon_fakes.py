@@ -70,3 +70,19 @@ class FakeGluonKernel:
     def entries(self) -> list[tuple]:
         """The arguments of each direct launch of the C entry point."""
         return [entry[2] for entry in self.log if entry[0] == self.name and entry[1] == "entry"]
+
+
+def flat_launcher_reason() -> str | None:
+    """None where Triton's CUDA launcher passes a kernel's arguments flat to its C entry point (Triton
+    3.6's, which the recording drivers tests/gluon_fake_driver.py and gluon_bwd_fake_driver.py are
+    shaped as), else why the recording drivers cannot stand in for it here."""
+    import inspect
+
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+    except ImportError as exc:
+        return f"no CUDA launcher in this Triton ({exc})"
+    if "arg_annotations" in inspect.getsource(CudaLauncher.__init__):
+        return ("this Triton's launcher passes the arguments as one tuple after their annotations (3.8 on); "
+                "the recording drivers are shaped as 3.6's flat one")
+    return None

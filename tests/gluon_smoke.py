@@ -50,3 +50,17 @@ def smoke_verdict(run: subprocess.Popen, timeout_s: float, shown: int = 1) -> st
     if bad or run.returncode != 0 or not cases:
         return f"smoke run failed: {bad[:shown] or stderr[-1500:]}"
     return None
+
+
+def spill_allowance() -> int:
+    """Stack bytes a Gluon binary may have: 0 under the ptxas of Triton 3.6 and 3.8 (CUDA 12.x). Triton
+    3.9 compiles sm_90 with ptxas 13.x and passes it ``--regAllocOptLevel=2`` (a workaround of its own
+    for a ptxas bug), under which the ws kernels spill up to 168 B (cross-compiled on 2026-12-03,
+    docs/results/2026-12-03-gluon-triton-releases.md): allowed up to 256 B there, so that more fails."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        major = int(get_ptxas(90).version.split(".")[0])
+    except (ImportError, RuntimeError, ValueError, AttributeError):
+        return 0
+    return 256 if major >= 13 else 0

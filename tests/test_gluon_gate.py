@@ -80,7 +80,7 @@ def test_the_gate_names_what_is_missing():
     reason = gluon_support(capability=89)
     assert reason is not None and ("sm_89" in reason or "Triton" in reason)
     if API_REASON is not None:
-        assert "Triton" in API_REASON and "3.6" in API_REASON
+        assert "Triton" in API_REASON and "lacks" in API_REASON or "has no Gluon" in API_REASON
         assert gluon_support(capability=90) == API_REASON
     assert supported()["unsupported_here"] == gluon_support()
 
@@ -91,7 +91,8 @@ def test_without_gluon_the_module_imports_and_says_what_is_missing():
         sys.modules["triton.experimental.gluon"] = None          # a Triton without Gluon
         import torch
         import benchmarks.gluon, kernel.gluon.fwd.compile, kernel.gluon.fwd.kernel_ws
-        from kernel.gluon.fwd.launch import GluonUnavailable, flash_attn_fwd_gluon, gluon_support
+        from kernel.gluon.api import GluonUnavailable, gluon_support
+        from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
         assert "has no Gluon" in gluon_support(90), gluon_support(90)
         q = torch.zeros(1, 1, 16, 64, dtype=torch.bfloat16)
         try:
@@ -255,3 +256,39 @@ def test_paired_rounds_give_each_candidate_its_ratio_to_the_reference_in_the_sam
     assert ms["s"] == 4.0 and "s" not in versus
     assert sorted(set(partners)) == [("a", "s"), ("b", "s"), ("s", None)]
     assert len(partners) == 3 * ROUNDS
+
+
+@pytest.mark.parametrize("missing, named", [("tma_load", "a TMA load"), ("tma_store", "a TMA store"),
+                                            ("cta_barrier", "a CTA barrier")])
+def test_a_gluon_that_lacks_a_name_the_kernels_use_is_refused_naming_it(monkeypatch, missing, named):
+    """The gate is what the modules hold (kernel.gluon.api), never the version: a missing name is
+    named, and any version string with every name present passes."""
+    import triton
+
+    import kernel.gluon.api as gluon_api
+
+    if gluon_api.GLUON_IMPORT_ERROR is not None:
+        pytest.skip(gluon_api.GLUON_IMPORT_ERROR)
+    gluon_api.gluon_api_support.cache_clear()
+    try:
+        monkeypatch.setattr(triton, "__version__", "3.5.0")
+        assert gluon_api.gluon_api_support() is None, "the version string decided"
+        gluon_api.gluon_api_support.cache_clear()
+        monkeypatch.setattr(gluon_api, missing, None)
+        reason = gluon_api.gluon_api_support()
+    finally:
+        gluon_api.gluon_api_support.cache_clear()
+    assert reason is not None and named in reason and "Triton 3.5.0" in reason
+
+
+def test_the_names_that_differ_between_releases_resolve_to_this_gluons():
+    """3.8 and 3.9 name the TMA copies async_load / async_store and the barrier gl.barrier (3.9 keeps 3.6's
+    names as stubs that raise): the newer name is taken wherever the module holds it."""
+    import kernel.gluon.api as gluon_api
+
+    if gluon_api.GLUON_IMPORT_ERROR is not None:
+        pytest.skip(gluon_api.GLUON_IMPORT_ERROR)
+    tma, gl = gluon_api.tma, gluon_api.gl
+    assert gluon_api.tma_load is getattr(tma, "async_load", getattr(tma, "async_copy_global_to_shared", None))
+    assert gluon_api.tma_store is getattr(tma, "async_store", getattr(tma, "async_copy_shared_to_global", None))
+    assert gluon_api.cta_barrier is getattr(gl, "barrier", getattr(gl, "thread_barrier", None))

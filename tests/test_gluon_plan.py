@@ -23,6 +23,7 @@ import sys
 import pytest
 import torch
 from conftest import nan_outputs_like
+from gluon_fakes import flat_launcher_reason
 
 import kernel.gluon.fwd.launch as gluon_module
 from kernel.gluon.api import gluon_api_support, gluon_support
@@ -33,6 +34,7 @@ from kernel.gluon.fwd.plan import GluonLaunchPlan
 from kernel.triton.launch import PLANS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAT_REASON = flat_launcher_reason()
 API_REASON = gluon_api_support()
 RUN_REASON = gluon_support() if torch.cuda.is_available() else "needs a CUDA GPU"
 needs_hopper = pytest.mark.skipif(RUN_REASON is not None, reason=str(RUN_REASON))
@@ -140,7 +142,7 @@ def test_the_default_calls_route_makes_its_launch_plan_once(hopper, monkeypatch)
 # ------------------------------------------------------------- Triton 3.6's JIT, on a CPU
 
 
-@pytest.mark.skipif(API_REASON is not None, reason=f"needs Triton 3.6's Gluon: {API_REASON}")
+@pytest.mark.skipif(API_REASON is not None or FLAT_REASON is not None, reason=str(API_REASON or FLAT_REASON))
 def test_the_direct_launch_passes_what_the_jit_passes_on_triton_36():
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"} | {"PYTHONPATH": ROOT}
     result = subprocess.run([sys.executable, os.path.join("tests", "gluon_fake_driver.py")], capture_output=True,

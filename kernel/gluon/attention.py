@@ -1,9 +1,8 @@
 """Device code shared by the Gluon forwards: the online softmax, the key-tile ring, the schedules.
 
 Read with :mod:`kernel.gluon.fwd.launch` (the single-partition kernel and the launcher) and
-:mod:`kernel.gluon.fwd.kernel_ws` (the warp-specialized kernel). Everything here is Triton 3.6's
-Gluon API (``tma.async_copy_global_to_shared``, ``mbarrier.expect`` in bytes, ...); this module
-imports on any Triton, with or without Gluon, and :data:`GLUON_IMPORT_ERROR` says what is missing.
+:mod:`kernel.gluon.fwd.kernel_ws` (the warp-specialized kernel). Triton's Gluon names come from
+:mod:`kernel.gluon.api`, which knows how releases differ; this module imports on any Triton.
 
 Conventions (as ``kernel.triton.fwd``): the softmax runs in log2 units, scores times
 ``qk_scale = scale * log2(e)``; causal keeps key j for query i when ``j <= i``.
@@ -24,27 +23,16 @@ producer warp.
 
 from __future__ import annotations
 
-try:
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared,
-        mbarrier,
-        tma,
-        warpgroup_mma,
-        warpgroup_mma_wait,
-    )
+from kernel.gluon.api import (
+    gl,
+    jit,
+    mbarrier,
+    tma_load,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
-    GLUON_IMPORT_ERROR: str | None = None
-    jit = gluon.jit
-    LN2 = gl.constexpr(0.6931471805599453)
-except ImportError as exc:  # a Triton without Gluon: the functions below are never compiled
-    gluon = gl = fence_async_shared = mbarrier = tma = warpgroup_mma = warpgroup_mma_wait = None
-    GLUON_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
-    LN2 = 0.6931471805599453
-
-    def jit(fn=None, **_):
-        return fn if fn is not None else (lambda f: f)
+LN2 = gl.constexpr(0.6931471805599453) if gl is not None else 0.6931471805599453
 
 
 # H and BH only split a tile's index into batch and head: specialising on them (a constant 1 for
@@ -97,7 +85,7 @@ def load_k(ring, loader, index, key_tile, pred):
     stage = index % k_bufs.shape[0]
     bar = k_ready.index(stage)
     mbarrier.expect(bar, k_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(k_desc, [batch, head, key_tile * k_desc.block_type.shape[2], 0], bar,
+    tma_load(k_desc, [batch, head, key_tile * k_desc.block_type.shape[2], 0], bar,
                                     k_bufs.index(stage), pred=pred)
 
 
@@ -109,7 +97,7 @@ def load_v(ring, loader, index, key_tile, pred):
     stage = index % v_bufs.shape[0]
     bar = v_ready.index(stage)
     mbarrier.expect(bar, v_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(v_desc, [batch, head, key_tile * v_desc.block_type.shape[2], 0], bar,
+    tma_load(v_desc, [batch, head, key_tile * v_desc.block_type.shape[2], 0], bar,
                                     v_bufs.index(stage), pred=pred)
 
 

@@ -108,18 +108,27 @@ try:
     _current_device = torch._C._cuda_getDevice
 except AttributeError:                                        # pragma: no cover (a torch without CUDA)
     _current_stream = _current_device = None
-# Triton 3.6's launcher object is a thin Python wrapper over a C entry point; calling the entry
-# point directly saves a frame and two scratch-buffer checks per call. Other versions (whose
-# wrapper we have not measured) go through the wrapper.
-_DIRECT_LAUNCH = triton.__version__.startswith("3.6.")
+# Tests switch the direct entry point off (False: every launch through the launcher's wrapper).
+_DIRECT_LAUNCH = True
+
+
+def flat_entry_point(launcher) -> bool:
+    """Whether the launcher's C entry point takes the kernel's arguments flat, after the flags and the
+    two scratch buffers (Triton 3.6's launcher). From Triton 3.8 the entry point is one function shared
+    by every kernel that takes them as a tuple after their annotations and signature (the launcher's
+    ``arg_annotations`` and ``kernel_signature``): such launches go through the launcher's wrapper,
+    which costs a frame and two scratch checks per call. Found by what the launcher holds."""
+    return (_DIRECT_LAUNCH and hasattr(launcher, "launch") and not hasattr(launcher, "arg_annotations")
+            and not hasattr(launcher, "kernel_signature") and not getattr(launcher, "gsan_enabled", False))
 
 
 def direct_runner(compiled) -> tuple:
     """(run, head) for launching ``compiled`` without the JIT: ``run(gx, gy, gz, stream, *head,
-    *arguments)``, every argument in signature order, constexprs included. On Triton 3.6 ``run``
-    is the C entry point (when no scratch buffer is needed), elsewhere the launcher's wrapper."""
+    *arguments)``, every argument in signature order, constexprs included. ``run`` is the C entry
+    point where it takes the arguments flat (:func:`flat_entry_point`) and no scratch buffer is
+    needed, else the launcher's wrapper."""
     launcher = compiled.run
-    direct = (_DIRECT_LAUNCH and hasattr(launcher, "launch") and getattr(launcher, "global_scratch_size", 1) == 0
+    direct = (flat_entry_point(launcher) and getattr(launcher, "global_scratch_size", 1) == 0
               and getattr(launcher, "profile_scratch_size", 1) == 0)
     # What follows the stream: the C entry point also takes the cooperative and PDL flags and the
     # two scratch buffers (none here); both take the packed metadata, launch metadata and the hooks.

@@ -44,17 +44,20 @@ query i when j <= i.
 
 from __future__ import annotations
 
-from kernel.gluon.attention import (
+from kernel.gluon.api import (
     GLUON_IMPORT_ERROR,
+    cta_barrier,
     fence_async_shared,
     gl,
     jit,
     mbarrier,
     tma,
+    tma_reduce_add,
+    tma_store,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from kernel.gluon.bwd.producer import _producer, key_tile_coords, query_tiles, tma_reduce_add
+from kernel.gluon.bwd.producer import _producer, key_tile_coords, query_tiles
 
 LOG2E_F = gl.constexpr(1.4426950408889634) if GLUON_IMPORT_ERROR is None else 1.4426950408889634
 # H and BH only split a tile's index into batch and head: specialising on them buys nothing.
@@ -132,10 +135,10 @@ def _dq_chunks(ds_full, k_full, dq_bufs, dq_desc, index, batch, head, start_m, d
         # comes round every ``buffers`` reduces.
         dq_buf = dq_bufs.index(C * buffers + (index * CHUNKS + j) % buffers)
         tma.store_wait(buffers - 1)                            # the reduce that read this buffer is done
-        gl.thread_barrier()                                    # (the issuing thread waited; all know)
+        cta_barrier()                                    # (the issuing thread waited; all know)
         dq_buf.reshape([BLOCK_M, CHUNK]).store(dq)
         fence_async_shared()
-        gl.thread_barrier()
+        cta_barrier()
         tma_reduce_add(dq_desc, [batch, head, start_m, (C * CHUNKS + j) * CHUNK], dq_buf)
     return dv, dk
 
@@ -180,7 +183,7 @@ def _step(dk, dv, kv_bufs, index, start_m, ring, ps_bufs, ds_bars, dq_bufs, dq_d
     p_buf.store(p.to(dtype))
     ds_mine.store(ds.to(dtype))
     fence_async_shared()
-    gl.thread_barrier()                                        # every warp's rows of P and dS are written
+    cta_barrier()                                        # every warp's rows of P and dS are written
     if CONSUMERS > 1:
         mbarrier.arrive(ds_ready)
     dv_token = warpgroup_mma(p_buf.permute((1, 0)), do, dv, is_async=True)
@@ -209,10 +212,10 @@ def _epilogue(dk, dv, kv_bufs, dk_desc, dv_desc, ds_free, count, batch, head, st
     k_buf.index(0).reshape([BLOCK_N, HEAD_DIM]).slice(C * ROWS, ROWS, dim=0).store((dk * sm_scale).to(k_buf.dtype))
     v_buf.index(0).reshape([BLOCK_N, HEAD_DIM]).slice(C * ROWS, ROWS, dim=0).store(dv.to(v_buf.dtype))
     fence_async_shared()
-    gl.thread_barrier()
+    cta_barrier()
     if start_n + C * ROWS < N_K:
-        tma.async_copy_shared_to_global(dk_desc, [batch, head, start_n + C * ROWS, 0], k_rows)
-        tma.async_copy_shared_to_global(dv_desc, [batch, head, start_n + C * ROWS, 0], v_rows)
+        tma_store(dk_desc, [batch, head, start_n + C * ROWS, 0], k_rows)
+        tma_store(dv_desc, [batch, head, start_n + C * ROWS, 0], v_rows)
     tma.store_wait(0)
 
 

@@ -23,8 +23,7 @@ import torch
 
 from kernel.arch import capability_of
 from kernel.checks import check_agreement, check_kinds
-from kernel.gluon.api import GluonUnavailable, gluon_bwd_support
-from kernel.gluon.attention import gl
+from kernel.gluon.api import GluonUnavailable, gl, gluon_bwd_support
 from kernel.gluon.bwd.config import HEAD_DIMS, KEYS_PER_CONSUMER, GluonBwdConfig, default_gluon_bwd_config
 from kernel.gluon.bwd.plan import GluonBwdPlan
 from kernel.gluon.checks import DTYPES, tma_strides

@@ -1,29 +1,9 @@
-"""The Gluon backward's producer warp and the tile bookkeeping its partitions share, and the
-TMA reduce (``tma_reduce_add``, which Triton 3.6's Gluon has in its IR builder but not in
-``hopper.tma``). Read with ``flash_bwd_gluon_kernel.py`` (its module docstring)."""
+"""The Gluon backward's producer warp and the tile bookkeeping its partitions share. Read with
+``kernel.py`` (its module docstring); the TMA reduce is :data:`kernel.gluon.api.tma_reduce_add`."""
 
 from __future__ import annotations
 
-from kernel.gluon.attention import GLUON_IMPORT_ERROR, gl, jit, mbarrier, tma
-
-if GLUON_IMPORT_ERROR is None:
-    try:
-        from triton._C.libtriton import ir as _ir
-        from triton.experimental.gluon.language._core import builtin as _builtin
-
-        @_builtin
-        def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-            """Add shared buffer ``src`` into the global tile at ``coord`` of ``tensor_desc`` (TMA
-            reduce, ``cp.reduce.async.bulk.tensor``; rows out of bounds are clipped). It joins the
-            bulk group that ``tma.store_wait`` waits on, as a TMA store does."""
-            coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-            _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
-                                                      src.handle)
-    except (ImportError, AttributeError):  # a Triton without the op: gluon_bwd_support says so
-        tma_reduce_add = None
-else:
-    tma_reduce_add = None
-
+from kernel.gluon.api import gl, jit, mbarrier, tma_load
 
 # ------------------------------------------------------------------------- tile bookkeeping
 
@@ -83,8 +63,8 @@ def _producer(k_desc, v_desc, q_desc, do_desc, kv_bufs, kv_bars, ring, H, BH, N_
         first, n_tiles, _ = query_tiles(start_n, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
         mbarrier.wait(kv_empty, (done & 1) ^ 1)
         mbarrier.expect(kv_ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [batch, head, start_n, 0], kv_ready, k_buf.index(0))
-        tma.async_copy_global_to_shared(v_desc, [batch, head, start_n, 0], kv_ready, v_buf.index(0))
+        tma_load(k_desc, [batch, head, start_n, 0], kv_ready, k_buf.index(0))
+        tma_load(v_desc, [batch, head, start_n, 0], kv_ready, v_buf.index(0))
         for i in range(n_tiles):
             index = count + i
             stage = index % stages
@@ -92,7 +72,7 @@ def _producer(k_desc, v_desc, q_desc, do_desc, kv_bufs, kv_bars, ring, H, BH, N_
             bar = q_ready.index(stage)
             mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
             start_m = (first + i) * BLOCK_M
-            tma.async_copy_global_to_shared(q_desc, [batch, head, start_m, 0], bar, q_bufs.index(stage))
-            tma.async_copy_global_to_shared(do_desc, [batch, head, start_m, 0], bar, do_bufs.index(stage))
+            tma_load(q_desc, [batch, head, start_m, 0], bar, q_bufs.index(stage))
+            tma_load(do_desc, [batch, head, start_m, 0], bar, do_bufs.index(stage))
         count += n_tiles
         done += 1  # noqa: SIM113 (device code: no enumerate)

@@ -74,6 +74,12 @@ def bound_inputs(fn, args, constexprs: dict, options: dict) -> CompileInputs:
     from triton.runtime.jit import create_function_from_signature
 
     backend = make_backend(GPUTarget("cuda", TARGET_ARCH, 32))
+    # The JIT passes the instrumentation mode (ConSan) as an option from Triton 3.8 on (3.6's backend
+    # read it itself): a cross-compile does as the JIT does, where the options have the field.
+    from triton import knobs
+
+    if "instrumentation_mode" in backend.parse_options({}).__dict__ and "instrumentation_mode" not in options:
+        options = {**options, "instrumentation_mode": knobs.compilation.instrumentation_mode}
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     bound, specialization, parsed = binder(*args, **constexprs, **options)
     options_, signature, constexprs_, attrs = fn._pack_args(backend, {**constexprs, **options}, bound,
@@ -100,7 +106,7 @@ def cross_compile(config: GluonConfig, head_dim: int, causal: bool, n_q: int = 1
 # ---------------------------------------------------------- many compiles, in a process
 
 PTX_MARKERS = {"wgmma": "wgmma.mma_async", "tma": "cp.async.bulk.tensor", "mbarrier": "mbarrier.try_wait",
-               "setmaxnreg": "setmaxnreg"}
+               "setmaxnreg": "setmaxnreg", "consan": "__assertfail"}      # consan: ConSan's checks are in
 
 
 def _nvidia_tool(name: str) -> str | None:
@@ -112,13 +118,25 @@ def _nvidia_tool(name: str) -> str | None:
     return path if os.path.exists(path) else None
 
 
+def _ptxas() -> str | None:
+    """The ptxas Triton itself compiles sm_90 with (3.9 ships a newer one for its newer PTX, which the
+    older binary beside it refuses), else the one in its bin folder."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        return get_ptxas(TARGET_ARCH).path
+    except (ImportError, RuntimeError, TypeError, AttributeError):
+        return _nvidia_tool("ptxas")
+
+
 def ptxas_warnings(ptx: str) -> list[str] | None:
     """ptxas's warnings on ``ptx`` for sm_90a (e.g. "wgmma.mma_async instructions are serialized",
-    a silent loss of the overlap), by the ptxas that ships with Triton; None where it is missing."""
+    a silent loss of the overlap), by the ptxas Triton uses; None where it is missing. A ptxas that
+    refuses the PTX outright is an error, not an empty list of warnings."""
     import subprocess
     import tempfile
 
-    tool = _nvidia_tool("ptxas")
+    tool = _ptxas()
     if tool is None:
         return None
     with tempfile.TemporaryDirectory() as folder:
@@ -127,7 +145,10 @@ def ptxas_warnings(ptx: str) -> list[str] | None:
             handle.write(ptx)
         result = subprocess.run([tool, "--gpu-name", "sm_90a", "-v", source, "-o", f"{folder}/kernel.cubin"],
                                 capture_output=True, text=True, timeout=300)
-    return [line.strip() for line in (result.stdout + result.stderr).splitlines() if "warning" in line.lower()]
+    output = (result.stdout + result.stderr).splitlines()
+    if result.returncode != 0:
+        raise RuntimeError(f"{tool} refused the PTX: {' '.join(line.strip() for line in output)[:300]}")
+    return [line.strip() for line in output if "warning" in line.lower()]
 
 
 def resource_usage(cubin: bytes) -> dict[str, int]:

@@ -30,19 +30,15 @@ loop runs once), ``persistent=P`` launches P programs per SM; causal tiles go he
 
 from __future__ import annotations
 
+from kernel.gluon.api import fence_async_shared, gl, jit, mbarrier, tma, tma_load, tma_store
 from kernel.gluon.attention import (
     UNSPECIALISED,
     attend_overlapped,
     attend_simple,
-    fence_async_shared,
     finish_rows,
-    gl,
-    jit,
     key_tiles,
-    mbarrier,
     prefetch,
     tile_coords,
-    tma,
 )
 
 __all__ = ["_fwd_pipelined_kernel"]
@@ -100,7 +96,7 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, 
         loader = (k_desc, v_desc, batch, head)
         tma.store_wait(0)                         # the previous tile's output has left qo_buf
         mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [batch, head, start_m, 0], q_bar, qo_buf)
+        tma_load(q_desc, [batch, head, start_m, 0], q_bar, qo_buf)
         prefetch(ring, loader, count, n_tiles)
 
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=rows)
@@ -119,7 +115,7 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, 
 
         finish_rows(acc, m_i, l_i, q, LSE + bh.to(gl.int64) * N_Q + offs_m, offs_m < N_Q)
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [batch, head, start_m, 0], qo_buf)
+        tma_store(o_desc, [batch, head, start_m, 0], qo_buf)
     tma.store_wait(0)
 
 

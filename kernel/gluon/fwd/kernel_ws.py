@@ -21,22 +21,18 @@ number of turns and every stage gets both releases.
 
 from __future__ import annotations
 
+from kernel.gluon.api import fence_async_shared, gl, jit, mbarrier, tma, tma_load, tma_store
 from kernel.gluon.attention import (
     UNSPECIALISED,
     attend_overlapped,
     attend_simple,
-    fence_async_shared,
     finish_rows,
-    gl,
-    jit,
     key_tiles,
     load_k,
     load_v,
-    mbarrier,
     rows_of,
     step_simple,
     tile_coords,
-    tma,
 )
 
 # TAIL and SPLITS are counts of the launch's work (a 1 would otherwise compile a second binary).
@@ -70,7 +66,7 @@ def _producer(q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q
             # that consumer works on stale rows it never stores.
             rows_in = start_m + c * ROWS < N_Q
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes, pred=rows_in)
-            tma.async_copy_global_to_shared(q_desc, [batch, head, start_m + c * ROWS, 0], q_ready.index(c),
+            tma_load(q_desc, [batch, head, start_m + c * ROWS, 0], q_ready.index(c),
                                             q_bufs.index(c), pred=rows_in)
             mbarrier.arrive(q_ready.index(c), pred=start_m + c * ROWS >= N_Q)
         loader = (k_desc, v_desc, batch, head)
@@ -156,7 +152,7 @@ def _store_tile(acc, m_i, l_i, o_desc, o_buf, LSE, bh, batch, head, row0, offs_m
     finish_rows(acc, m_i, l_i, o_buf.reshape([ROWS, HEAD_DIM]), LSE + bh.to(gl.int64) * N_Q + offs_m, offs_m < N_Q)
     fence_async_shared()
     if row0 < N_Q:                                 # no store of a box wholly past N_q
-        tma.async_copy_shared_to_global(o_desc, [batch, head, row0, 0], o_buf)
+        tma_store(o_desc, [batch, head, row0, 0], o_buf)
 
 
 @jit(do_not_specialize=WS_UNSPECIALISED)

@@ -22,8 +22,7 @@ import torch
 import triton
 
 from kernel.arch import capability_of
-from kernel.gluon.api import GluonUnavailable, gluon_support
-from kernel.gluon.attention import gl
+from kernel.gluon.api import GluonUnavailable, gl, gluon_support
 from kernel.gluon.checks import DTYPES, check_inputs, check_outputs, tma_strides
 from kernel.gluon.fwd.config import HEAD_DIMS, VARIANTS, GluonConfig, default_gluon_config, tile_defaults
 from kernel.gluon.fwd.kernel import _fwd_pipelined_kernel
