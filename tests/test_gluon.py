@@ -138,7 +138,10 @@ def test_the_jits_specialisations_of_small_lengths_compile(variant, n, compiled)
     if n == 1:
         assert report["constants"] == {"N_Q": 1, "N_K": 1}
         unmasked = _ok(compiled[f"n1-full-{variant}"])
-        assert unmasked["constants"] == {"N_Q": 1, "N_K": 1} and unmasked["shared"] == unmasked["model"]
+        assert unmasked["constants"] == {"N_Q": 1, "N_K": 1}
+        # From Triton 3.8 the ws partitions' captures leave out the two constant lengths (16 B after
+        # rounding), which the model still counts: it may be over by that, never under.
+        assert unmasked["model"] - unmasked["shared"] in (0, 16), (unmasked["shared"], unmasked["model"])
     else:
         assert report["constants"] == {} and {"N_Q", "N_K", "LSE"} <= set(report["divisible"])
     assert "H" not in report["divisible"] and "BH" not in report["divisible"], "H and BH are not specialised"

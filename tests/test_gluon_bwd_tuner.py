@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 
 import pytest
+from gluon_smoke import spill_allowance
 
 from kernel.gluon.api import gluon_api_support
 from kernel.gluon.bwd.config import GLUON_BWD_DEFAULTS, GluonBwdConfig, smem_bytes
@@ -26,6 +27,7 @@ from tuner.study import load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBLEM = Problem(4, 8, 4096, 4096, 128, "bf16", True)
+SPILLS = spill_allowance()      # stack bytes allowed (0 but under Triton 3.9's ptxas)
 API_REASON = gluon_api_support()
 needs_gluon_api = pytest.mark.skipif(API_REASON is not None,
                                      reason=f"the cross-compile needs a Gluon with the kernels' API: {API_REASON}")
@@ -177,9 +179,10 @@ def test_the_budget_stage_cross_compiles_for_sm90_and_the_model_is_the_binarys(t
     for d, causal, gluon in cases:
         problem = replace(PROBLEM, head_dim=d, causal=causal)
         result = check_many([from_kernel(gluon)], problem, sm90, jobs=1)[0]
-        assert result.verdict == Status.FITS, (gluon, d, result.verdict, result.reason)
+        # Spills only under Triton 3.9's ptxas (tests/gluon_smoke.py: spill_allowance), a launchable verdict
+        assert result.verdict == (Status.FITS if result.spill_bytes == 0 else Status.SPILLS), (gluon, d, result.reason)
         assert result.compiled_bytes == result.model_bytes == smem_bytes(gluon, d), (gluon, d)
-        assert result.spill_bytes == 0 and result.registers == gluon.maxnreg, (gluon, d, result.registers)
+        assert result.spill_bytes <= SPILLS and result.registers == gluon.maxnreg, (gluon, d, result.registers)
     assert list(tmp_path.rglob("*.json")), "nothing was compiled into the fresh cache"
 
 
