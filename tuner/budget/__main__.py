@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from tuner import kernels
+from tuner.budget._cache import CacheError, settle_caches
 from tuner.budget._verdict import check_many
 from tuner.formatting import fmt, headline, usage_error
 from tuner.gpus import GpuSpec, valid_names
@@ -86,6 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
 
     if not args.model_only:
+        try:
+            warning = settle_caches()         # before any compile worker starts
+        except CacheError as exc:
+            return usage_error(parser, str(exc))
+        if warning:
+            print(warning, file=sys.stderr)
         _warn_of_compiles(kernel, configs, problem, gpu)
     results = check_many(configs, problem, gpu, compile=not args.model_only, jobs=args.jobs, progress=progress)
     fitting = sum(r.launchable for r in results)
