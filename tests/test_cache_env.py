@@ -17,7 +17,7 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 
 from tuner import sweep
-from tuner.budget import _cache, settle_caches
+from tuner.budget import CacheError, settle_caches
 from tuner.budget.__main__ import main as budget_main
 from tuner.store import Store
 
@@ -102,8 +102,8 @@ def test_a_read_only_file_system_is_named(clean_env, monkeypatch):
 
     def read_only_mount(*args, dir=None, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), dir)
-    monkeypatch.setattr(_cache.tempfile, "TemporaryFile", read_only_mount)
-    with pytest.raises(_cache.CacheError, match="Read-only file system.*set FA2_TUNER_CACHE"):
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only_mount)
+    with pytest.raises(CacheError, match="Read-only file system.*set FA2_TUNER_CACHE"):
         settle_caches()
 
 

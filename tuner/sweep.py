@@ -206,6 +206,9 @@ def _resolve_gpus(args, parser):
 def _workers(args, present) -> tuple[int, str | None]:
     """(workers, error): --workers checked against the GPUs this process can see."""
     if present is None:
+        if args.device == "cuda" and args.workers and args.workers > 1:
+            return 0, (f"--workers {args.workers}: no CUDA GPU is visible here, so the sweep runs the budget stage "
+                       f"only, on no GPU worker; leave --workers out (--jobs sets the compile processes)")
         return args.workers or 1, None
     import torch
 
