@@ -46,7 +46,11 @@ class FakeNvml(types.ModuleType):
         if self.fail:
             raise self.NVMLError("driver not loaded")
 
+    UUID = "GPU-6f1c2b7e-0a4d-4c8e-9b1a-2d3e4f5a6b7c"     # what NVML names the GPU; torch's lacks "GPU-"
+
     def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid != self.UUID:          # as NVML: only its own spelling, the "GPU-" prefix included
+            raise self.NVMLError(f"NVML_ERROR_NOT_FOUND: {uuid}")
         return ("uuid", uuid)
 
     def nvmlDeviceGetHandleByIndex(self, index):
@@ -344,3 +348,37 @@ def test_the_power_benchmark_reads_this_process_s_gpu_through_sm_clock_and_skips
     graph = SimpleNamespace(timed=lambda rep_ms: (time.sleep(0.3), ([0.2, 0.21, 0.22], None))[1])
     ms, watts, mhz = power.sustained(graph, 0.3, gpu)
     assert ms == pytest.approx(0.21) and watts == pytest.approx(690.0) and 1880.0 <= mhz <= 1900.0
+
+
+def test_a_zero_mhz_reading_is_no_reading(nvml):
+    """NVML reads 0 MHz from a GPU it cannot clock (idle, throttled to nothing, a MIG slice): never a clock."""
+    opened = clock.sm_clock()
+    nvml.mhz = 0
+    assert opened.mhz() is None
+    readings = iter([0.0, 1800.0, 0.0])
+    nvml.nvmlDeviceGetClockInfo = lambda handle, kind: next(readings)
+    busy = iter([True, True, False])
+    assert clock.sample_while(lambda: next(busy), opened, 0.0) == 1800.0       # the zeros skipped, not averaged
+    clock.reset()
+    nvml.nvmlDeviceGetClockInfo = lambda handle, kind: 0
+    assert clock.sm_clock() is None                                       # a clock that reads 0 is not opened
+
+
+def _torch_uuid(monkeypatch, uuid: str) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(uuid=uuid))
+
+
+def test_the_gpu_is_found_by_torch_s_uuid_with_nvml_s_gpu_prefix(nvml, monkeypatch, recwarn):
+    _torch_uuid(monkeypatch, FakeNvml.UUID.removeprefix("GPU-"))         # torch prints it without the prefix
+    assert clock.sm_clock().handle == ("uuid", FakeNvml.UUID)
+    assert not recwarn.list
+
+
+def test_a_uuid_nvml_refuses_falls_back_to_the_index_saying_so(nvml, monkeypatch):
+    _torch_uuid(monkeypatch, "0badc0de-0000-0000-0000-000000000000")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    with pytest.warns(RuntimeWarning, match="NVML has no GPU GPU-0badc0de.*NVML's GPU 3 instead"):
+        opened = clock.sm_clock()
+    assert opened.handle == ("index", 3)

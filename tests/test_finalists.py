@@ -107,3 +107,22 @@ def test_the_agreement_row_gives_each_winner_s_clock_where_the_rounds_read_it(mo
     cells = [c.strip() for c in line.split("|")]
     assert cells[3] == "b" and cells[4] == f"{0.2150 / 0.2092:.4f}" and behind == pytest.approx(0.2150 / 0.2092 - 1)
     assert cells[5].startswith("a (cycles)") and cells[6] == "1.0000" and cells[8] == "1888 / 1980"
+
+
+def test_the_stored_medians_are_medians_where_the_mean_differs():
+    """Rounds of 1, 1, 7 ms (mean 3, median 1): every median the store keeps (the config's ms, clock and
+    cycles, SDPA's ms over the same rounds) is the middle round's, never the mean."""
+    from kernel.measure.retime import Rounds, Sample
+    from tuner.finalists import finalist_rows, judge_rounds
+    from tuner.outcome import SDPA_KEYS
+
+    rounds = Rounds({"a": [Sample(1.0, 1800.0), Sample(1.0, 1800.0), Sample(7.0, 900.0)],
+                     SDPA_KEYS["flash"]: [Sample(2.0), Sample(2.0), Sample(11.0)]}, stopped="cap")
+    verdict = judge_rounds("s", rounds)
+    assert verdict.flash_ms == 2.0
+    ctx = SimpleNamespace(run_id=1, study=SimpleNamespace(name="x"), target=SimpleNamespace(name="sm_90"),
+                          gpu_label="g")
+    (row,) = finalist_rows(ctx, verdict, "cuda_graph")
+    assert (row.median_ms, row.min_ms, row.max_ms, row.flash_ms) == (1.0, 1.0, 7.0, 2.0)
+    assert row.clock_mhz == 1800.0
+    assert row.cycles == pytest.approx(1.0 * 1800.0 * 1e3)        # median of 1.8e6, 1.8e6, 6.3e6

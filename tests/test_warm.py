@@ -62,3 +62,34 @@ def test_a_new_study_asks_the_warm_configs_first_and_a_resumed_one_does_not_agai
     again = search.SearchSession(url, "s", "tpe", space, 1, 20, {}, warm)
     assert len(again.study.trials) == 3 and not any(t.state.name == "WAITING" for t in again.study.trials)
     again.close()
+
+
+def test_the_same_study_on_another_gpu_or_target_is_a_source(tmp_path):
+    """Only this very (study, target, GPU) is left out: the study measured on an H100, or held to sm_80's
+    budget on this H200, are related measurements to start from."""
+    db = Store(f"sqlite:///{tmp_path / 'w.db'}")
+    db.add(Run(study="x", target="sm_90", gpu="H200", sampler="grid", command="", torch_version="t",
+               triton_version="t", driver="d"))
+    db.replace_results([_row("article", "own", "32x32_w4_s2", 0.1),                 # this study, here: left out
+                        _row("article", "own", "128x64_w8_s3", 1.0, gpu="H100"),
+                        _row("article", "own", "64x64_w4_s2", 1.0, target="sm_80")])
+    warm = records.warm_configs(db, load("article"), GpuSpec.from_name("sm_90"), "H200")
+    assert sorted(c.key for c in warm) == ["128x64_w8_s3", "64x64_w4_s2"]
+
+
+def test_a_resumed_study_is_not_given_warm_trials_even_ones_it_never_tried(tmp_path):
+    """A study that has trials resumes as it was: warm configs found since (ones it never asked) are not
+    enqueued into it, which would change what a resumed run asks."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    space = load("article").space
+    first = search.SearchSession(url, "s", "tpe", space, 1, 20, {}, ())
+    for number, _ in [first.ask() for _ in range(2)]:
+        first.tell(number, 1.0, {})
+    first.close()
+    asked = {t.params.get("log2_block_m") for t in first.study.trials}
+    warm = tuple(c for c in (Config(256, 64, 8, 3), Config(16, 16, 1, 1), Config(128, 128, 8, 2))
+                 if space.trial_params(c, True)["log2_block_m"] not in asked)[:1]
+    assert warm
+    again = search.SearchSession(url, "s", "tpe", space, 1, 20, {}, warm)
+    assert len(again.study.trials) == 2 and not any(t.state.name == "WAITING" for t in again.study.trials)
+    again.close()

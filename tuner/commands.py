@@ -26,7 +26,7 @@ COMMANDS = {
                   "fa2-tuner dashboard --storage sqlite:///fa2-out/tuning.db --out pages"),
     "profile": ("tuner.profile.__main__", "Nsight Compute counters of each shape's best configs and SDPA",
                 "fa2-tuner profile --study article --gpu sm_90 --n 4096"),
-    "kernels": ("tuner.commands", "the kernels a study may name, with their passes and axes",
+    "kernels": ("tuner.kernels.__main__", "the kernels a study may name, with their passes and axes",
                 "fa2-tuner kernels"),
 }
 
@@ -42,19 +42,6 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def list_kernels(argv: Sequence[str] = ()) -> int:
-    """``fa2-tuner kernels``: every registered kernel, its pass and its config's axes."""
-    from tuner import kernels
-
-    if argv:
-        print(f"fa2-tuner kernels: error: takes no arguments, got {' '.join(argv)}", file=sys.stderr)
-        return 2
-    for name, pass_, kernel in kernels.known():
-        axes = ", ".join(a.name for a in kernel.config_type.axes())
-        print(f"{name} (pass {pass_}): {kernel.description}; axes {axes}")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``fa2-tuner <command> [args]``; its exit code (2 for an unknown or missing command)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -68,8 +55,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{usage()}\n\nfa2-tuner: error: unknown command {command!r}; use one of {', '.join(COMMANDS)}",
               file=sys.stderr)
         return 2
-    if command == "kernels":
-        return list_kernels(rest)
     if command == "sweep":          # the GPU worker's imports begin beside the sweep's (tuner.spawn)
         from tuner.spawn import start_early_for_sweep
 

@@ -348,7 +348,8 @@ class Sweep:
             self.store.add(*records.baseline_rows(self.ctx.run_id, end, "end", first.ctx.device))
             drifts = [abs(end[label][b] / start[label][b] - 1) for label in end for b in ("flash_ms", "cudnn_ms")
                       if end[label].get(b) and start.get(label, {}).get(b)]
-            self.clock.drift = max(drifts) if drifts else None
+            interpreted = self.options.device == "cpu"      # interpreter times are noise: their drift means nothing
+            self.clock.drift = max(drifts) if drifts and not interpreted else None
 
     def retime_finalists(self) -> dict[str, finalists.ShapeVerdict]:
         """Re-time each shape's top configs together and store the verdicts; where this run timed nothing new

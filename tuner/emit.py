@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tuner import budget, records, winners
 from tuner.finalists import ShapeVerdict
-from tuner.formatting import pct, usage_error
+from tuner.formatting import pct, sweep_command, usage_error
 from tuner.gate import edges_checked
 from tuner.gpus import GpuSpec
 from tuner.problem import Problem
@@ -168,7 +168,7 @@ def emit(db: Store, study: Study, target: GpuSpec, gpu_used: str | None = None, 
         raise EmitError(str(exc)) from None
     if not records.fully_timed(rows):
         raise EmitError(f"no config of study {study.name!r} was timed on every shape on {target.name} in {db.url}; "
-                        f"run python -m tuner.sweep --study {study.name} --gpu {target.name} on a GPU first")
+                        f"run {sweep_command(study, target.name, db.url)} on a GPU first")
     entries = select(rows, winners.verdicts_of(db, study.name, target.name, gpu), top, study.kernel.config_type)
     check_budget(entries, target)
     return Emitted(render(entries, study, target, gpu, rows, command), entries, gpu)
@@ -190,9 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--study", required=True, help="study name or file, as given to the sweep")
     parser.add_argument("--gpu", required=True, help="the sweep's target (sm_89, sm_90, h200, ...)")
     parser.add_argument("--pass", dest="pass_", choices=PASSES, default=None,
-                        help="the pass to tune: fwd, bwd (the backward, against SDPA's) or fwd+bwd (a training step's "
-                             "attention); default the study's own (fwd). Another pass than the study file's tunes its "
-                             "shapes over that pass's default space, stored as study <name>-<pass>")
+                        help="the pass whose results to list, as given to the sweep's --pass: fwd, bwd or fwd+bwd; "
+                             "default the study's own. Another pass than the study file's lists the results stored "
+                             "as study <name>-<pass>, as a @triton.autotune list of that pass's kernel")
     parser.add_argument("--storage", default=DEFAULT_URL, help=f"database URL (default {DEFAULT_URL})")
     parser.add_argument("--gpu-used", help="which GPU's measurements, when the store has several (default: the one "
                                            "with most timed configs)")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 
-__all__ = ["fmt", "headline", "pct", "usage_error"]
+__all__ = ["fmt", "headline", "pct", "sweep_command", "usage_error"]
 
 
 def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
@@ -14,6 +15,13 @@ def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
     parser.print_usage(sys.stderr)
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
     return 2
+
+
+def sweep_command(study, target: str, storage: str | None = None) -> str:
+    """The sweep command that runs ``study`` (a :class:`tuner.study.Study`: its ``flags`` load it again, the
+    file or shipped name with ``--pass`` where it is another pass) for ``target``, on the store ``storage``."""
+    flags = getattr(study, "flags", "") or f"--study {shlex.quote(study.name)}"
+    return f"python -m tuner.sweep {flags} --gpu {target}" + (f" --storage {shlex.quote(storage)}" if storage else "")
 
 
 def fmt(value, spec: str = "", missing: str = "n/a") -> str:

@@ -24,8 +24,7 @@ A study is a TOML file in ``studies/``::
     metric = "speedup_vs_flash"  # or speedup_vs_cudnn, tflops; geometric mean over shapes
 
     [timing]                  # optional: per shape, how long to warm up and to time
-    warmup_ms = 10
-    rep_ms = 40
+    warmup_ms = 10            # and rep_ms = 40
 
 A restriction is arithmetic (``+ - * // %``), comparisons and ``and``/``or``/``not`` over the kernel's
 axes, ``head_dim`` and the knobs, with integer constants; one that cannot be parsed or names anything
@@ -33,11 +32,10 @@ else refuses the file when it is loaded. One that raises for a config (``block_m
 at ``num_stages = 1``) rejects that config as ``restricted``, with the reason ("restriction '...'
 raised ZeroDivisionError"): a config the rule cannot judge is never searched; the others still are.
 
-Several ``[[problem]]`` tables may be given instead of one ``[problem]``. Every error
-names the file, the field and what is allowed (:class:`StudyError`). The shipped
-studies are package data (``tuner.studies``), found from any working directory.
-A study's :attr:`Study.fingerprint` identifies its definition, so that the store can
-refuse a different study that reuses a stored name.
+Several ``[[problem]]`` tables may be given instead of one ``[problem]``. Every error names the file,
+the field and what is allowed (:class:`StudyError`). The shipped studies are package data
+(``tuner.studies``), found from any working directory. A study's :attr:`Study.fingerprint` identifies
+its definition, so that the store can refuse a different study that reuses a stored name.
 """
 
 from __future__ import annotations
@@ -47,6 +45,7 @@ import functools
 import hashlib
 import itertools
 import json
+import shlex
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
@@ -94,6 +93,7 @@ class Study:
     kernel_name: str = kernels.DEFAULT_KERNEL     # as the study file names it (a registered name or a module path)
     pass_: str = kernels.DEFAULT_PASS
     defined_space: SearchSpace | None = None  # the file's, where a target narrowed ``space`` (the fingerprint's)
+    flags: str = ""     # the flags that load it again: --study <the file, or the shipped name>[ --pass <pass>]
 
     @property
     def kernel(self) -> kernels.TunableKernel:
@@ -114,7 +114,8 @@ class Study:
             kernel = kernels.get(self.kernel_name, pass_)
         except kernels.KernelNotFound as exc:
             raise StudyError(f"--pass {pass_!r}: {exc}") from None
-        return replace(self, name=f"{self.name}-{pass_}", space=kernel.space(), restrictions=(), pass_=kernel.pass_)
+        return replace(self, name=f"{self.name}-{kernel.pass_}", space=kernel.space(), restrictions=(),
+                       pass_=kernel.pass_, flags=f"{self.flags} --pass {kernel.pass_}")
 
     def variants(self) -> list[Problem]:
         """One problem per compiled specialisation (the kernel's :meth:`~tuner.kernels.TunableKernel.specialisation`).
@@ -246,9 +247,10 @@ def load(name_or_path: str) -> Study:
         value = timing_table[key]
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 10_000:
             raise StudyError(f"{where}: [timing] {key} = {value!r} must be an integer from 1 to 10000 (ms)")
+    given = name_or_path.removesuffix(".toml") if where.startswith("<shipped") else name_or_path   # for --study
     study = Study(name=name, description=str(data.get("description", "")), shapes=tuple(shapes), space=space,
                   restrictions=restrictions, metric=metric, timing=Timing(**timing_table), path=where,
-                  kernel_name=kernel_name, pass_=pass_)
+                  kernel_name=kernel_name, pass_=pass_, flags=f"--study {shlex.quote(given)}")
     if not study.configs():
         first = study.space.all_configs()[0]
         why = study.restricted_by(first, study.shapes[0].head_dim) or "its restrictions"
@@ -340,8 +342,7 @@ def _space(table, where: str, kernel: kernels.TunableKernel) -> tuple[SearchSpac
         for value in chosen:
             if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
                 shown = "true, false" if isinstance(allowed[0], bool) else _ranges(allowed)
-                raise StudyError(f"{where}: [space] {key} value {value!r} is not allowed; use values from "
-                                 f"{shown}")
+                raise StudyError(f"{where}: [space] {key} value {value!r} is not allowed; use values from {shown}")
         values[key] = tuple(sorted(set(chosen)))
     restrictions = table.get("restrictions", [])
     if not isinstance(restrictions, list) or not all(isinstance(r, str) for r in restrictions):
@@ -378,8 +379,7 @@ def _parse_restriction(text: str, names: tuple[str, ...], where: str = "") -> as
             raise StudyError(f"{where}: [space] restriction {text!r} uses {type(node).__name__}; only arithmetic "
                              f"(+ - * // %), comparisons, and/or/not over {', '.join(names)} are allowed")
         if isinstance(node, ast.Name) and node.id not in names:
-            raise StudyError(f"{where}: [space] restriction {text!r} names {node.id!r}; use "
-                             f"{', '.join(names)}")
+            raise StudyError(f"{where}: [space] restriction {text!r} names {node.id!r}; use {', '.join(names)}")
         if isinstance(node, ast.Constant) and (not isinstance(node.value, int) or isinstance(node.value, bool)):
             raise StudyError(f"{where}: [space] restriction {text!r}: only integer constants are allowed")
     return tree

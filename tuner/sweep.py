@@ -19,6 +19,7 @@ if __name__ == "__main__":      # first: the GPU worker's imports begin beside t
     start_early_for_sweep(sys.argv[1:])
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -26,6 +27,7 @@ import threading
 from pathlib import Path
 
 from tuner import search
+from tuner.budget import CacheError, settle_caches
 from tuner.contenders import EDGE_GATES
 from tuner.driver import Sweep, SweepOptions
 from tuner.finalists import RETIMES
@@ -215,6 +217,9 @@ def _resolve_gpus(args, parser):
 def _workers(args, present) -> tuple[int, str | None]:
     """(workers, error): --workers checked against the GPUs this process can see."""
     if present is None:
+        if args.device == "cuda" and args.workers and args.workers > 1:
+            return 0, (f"--workers {args.workers}: no CUDA GPU is visible here, so the sweep runs the budget stage "
+                       f"only, on no GPU worker; leave --workers out (--jobs sets the compile processes)")
         return args.workers or 1, None
     import torch
 
@@ -258,6 +263,12 @@ def main(argv=None) -> int:
         return usage_error(parser, problem)
     args.workers = workers
     try:
+        warning = settle_caches()      # before any compile worker starts, and before anything is written
+    except CacheError as exc:
+        return usage_error(parser, str(exc))
+    if warning:
+        print(warning, file=sys.stderr)
+    try:
         db = Store(url, adopt=args.storage_init)
         stored = db.claim_study(study.name, study.fingerprint, study.path)
     except StoreError as exc:
@@ -297,6 +308,9 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
         if main_thread:
             signal.signal(signal.SIGINT, signal.SIG_IGN)     # the message and the row come first
         return _interrupted(db, ctx, command, budget_only=present is None and args.device != "cpu")
+    except BaseException:     # an error no stage expected: the run is never left marked running
+        _mark(db, study.name, run.id, "failed")
+        raise
     finally:
         heartbeat.stop()
         if main_thread:
@@ -305,6 +319,13 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
             TIMELINE.write(args.trace)
             print(f"{idle_line(TIMELINE)}; trace in {args.trace}", file=sys.stderr)
             TIMELINE.disable()
+
+
+def _mark(db: Store, study: str, run_id: int, status: str) -> None:
+    """Mark a run that is still ``running`` (an error on the way out must not hide the first one)."""
+    with contextlib.suppress(Exception):
+        if next((r.status for r in db.runs(study) if r.id == run_id), None) == "running":
+            db.finish_run(run_id, status)
 
 
 def _first_interrupt(_signum, _frame) -> None:

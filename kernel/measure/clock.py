@@ -17,6 +17,7 @@ import importlib
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 
 _UNSET = object()
@@ -39,15 +40,24 @@ class SmClock:
 
 def _handle(nvml):
     """The NVML handle of the GPU this process sees as CUDA device 0: by UUID where torch says it
-    (NVML numbers every GPU of the host, ignoring ``CUDA_VISIBLE_DEVICES``), else by that index."""
-    with contextlib.suppress(Exception):
+    (NVML numbers every GPU of the host, ignoring ``CUDA_VISIBLE_DEVICES``), else by that index.
+    NVML refusing torch's UUID is said (a warning) before the index is used: it may be another GPU."""
+    uuid = ""
+    with contextlib.suppress(Exception):          # no torch GPU: no UUID, the index alone
         import torch
 
         uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "") or "")
-        if uuid:
-            return nvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
-    return nvml.nvmlDeviceGetHandleByIndex(int(first) if first.isdigit() else 0)
+    index = int(first) if first.isdigit() else 0
+    if uuid:
+        wanted = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID(wanted)
+        except Exception as exc:
+            warnings.warn(f"NVML has no GPU {wanted} (torch's device 0): {type(exc).__name__}: {exc}; reading the "
+                          f"SM clock of NVML's GPU {index} instead, which may be another GPU", RuntimeWarning,
+                          stacklevel=2)
+    return nvml.nvmlDeviceGetHandleByIndex(index)
 
 
 def sm_clock() -> SmClock | None:

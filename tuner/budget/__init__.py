@@ -7,6 +7,7 @@ target on the CPU. :func:`verdict` turns them, with the kernel's restrictions an
 rules, into a :class:`BudgetResult`. ``python -m tuner.budget`` is the command line.
 """
 
+from tuner.budget._cache import CacheError, settle_caches
 from tuner.budget._compile import (
     CompileInfo,
     CompileTask,
@@ -21,7 +22,7 @@ from tuner.budget._pool import CompilePool, compile_many
 from tuner.budget._verdict import BudgetResult, check, check_many, smem_limit, verdict
 
 __all__ = [
-    "BudgetResult", "CompileInfo", "CompilePool", "CompileTask", "cache_dir", "check", "check_many", "compile_config",
-    "compile_log", "compile_many", "compile_tasks", "quiet_compiler_pages", "read_resource_usage", "smem_limit",
-    "verdict",
+    "BudgetResult", "CacheError", "CompileInfo", "CompilePool", "CompileTask", "cache_dir", "check", "check_many",
+    "compile_config", "compile_log", "compile_many", "compile_tasks", "quiet_compiler_pages", "read_resource_usage",
+    "settle_caches", "smem_limit", "verdict",
 ]

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from tuner import kernels
+from tuner.budget._cache import CacheError, settle_caches
 from tuner.budget._verdict import check_many
 from tuner.formatting import fmt, headline, usage_error
 from tuner.gpus import GpuSpec, valid_names
@@ -87,6 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
 
     if not args.model_only:
+        try:
+            warning = settle_caches()         # before any compile worker starts
+        except CacheError as exc:
+            return usage_error(parser, str(exc))
+        if warning:
+            print(warning, file=sys.stderr)
         _warn_of_compiles(kernel, configs, problem, gpu)
     results = check_many(configs, problem, gpu, compile=not args.model_only, jobs=args.jobs, progress=progress)
     fitting = sum(r.launchable for r in results)
@@ -94,8 +101,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"target": gpu.name, "problem": asdict(problem), "fits": fitting,
                           "total": len(results), "results": [r.as_row() for r in results]}, indent=1))
         return 0
-    print(f"target {gpu.name} ({gpu.card}): opt-in shared memory {gpu.smem_per_block_optin} B per block; "
-          f"problem {problem.label}")
+    _print_table(results, gpu, problem)
+    return 0
+
+
+def _print_table(results: list, gpu: GpuSpec, problem: Problem) -> None:
+    """One line per config, the counts by verdict, and what the limit column is where it differs from the opt-in."""
+    fitting = sum(r.launchable for r in results)
+    reserved = gpu.smem_per_sm - gpu.smem_per_block_optin
+    print(f"target {gpu.name} ({gpu.card}): opt-in shared memory {gpu.smem_per_block_optin} B per block "
+          f"({gpu.smem_per_sm} B per SM less {reserved} B the hardware reserves per block); problem {problem.label}")
     print(f"{'config':>16} {'model B':>8} {'compiled B':>10} {'limit B':>8} {'regs':>5} {'spill':>6}  verdict")
     for r in results:
         # one line per config: a compile error's headline (--json has it whole), the verdict said once
@@ -105,10 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     counts: dict[str, int] = {}
     for r in results:
         counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1
+    static = sorted({gpu.smem_per_block_optin - r.limit_bytes for r in results} - {0})
+    if static:
+        print(f"limit B: the dynamic shared memory a launch may ask for, the opt-in {gpu.smem_per_block_optin} B "
+              f"less the static shared memory the compiled cubin declares itself ({' or '.join(map(str, static))} B "
+              f"here, cuobjdump's SHARED)")
     print(f"{fitting} of {len(results)} configs can launch on {gpu.name} "
           f"({', '.join(f'{v} {n}' for v, n in sorted(counts.items()))})")
-    return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

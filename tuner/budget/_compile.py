@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tuner.budget._cache import CacheError, cache_dir, settle_caches
 from tuner.problem import Problem
 
 MAX_ERROR_CHARS = 8000     # a compile error kept this long in the store (ptxas's lines, the repro command)
@@ -86,12 +87,6 @@ class CompileTask:
 
 
 # ------------------------------------------------------------------------ the compiler
-
-
-def cache_dir() -> Path:
-    """Where compile results are kept: ``$FA2_TUNER_CACHE/budget`` or ``~/.cache/fa2-tuner/budget``."""
-    root = os.environ.get("FA2_TUNER_CACHE") or Path.home() / ".cache" / "fa2-tuner"
-    return Path(root) / "budget"
 
 
 def _cuobjdump() -> Path:
@@ -262,7 +257,10 @@ def quiet_compiler_pages(descriptors: tuple[int, ...] = (1, 2)) -> None:
     """Send this process's stdout and stderr (file descriptors 1 and 2, children's too; or those
     given) to :func:`compile_log`. A failing compile prints pages: Triton prints ptxas's reproducer (the
     whole PTX) to stdout, MLIR its diagnostics to stderr. The error itself is kept in full as
-    the config's reason in the store, and the sweep's log gets one line per config."""
+    the config's reason in the store, and the sweep's log gets one line per config. A worker's first
+    call: the caches' folders are decided as its parent decided them (:func:`settle_caches`)."""
+    with contextlib.suppress(CacheError):     # the parent checked them, and said what was wrong
+        settle_caches()
     log = compile_log()
     log.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

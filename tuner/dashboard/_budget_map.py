@@ -9,6 +9,9 @@ index. Pages of timed rows are :mod:`tuner.dashboard._heatmap`'s, unchanged.
 
 from __future__ import annotations
 
+import html
+import shlex
+
 from tuner.dashboard._heatmap import (
     HOVER_TEMPLATE,
     _variant_menu,
@@ -95,8 +98,9 @@ def _metric_buttons(z_by_metric: dict, text_by_metric: dict, coloured_traces: li
                 buttons=buttons, showactive=True)
 
 
-def budget_heatmap(rows: list[Result]):
-    """The figure of one (study, shape, target) group of rows that no GPU timed."""
+def budget_heatmap(rows: list[Result], command: str = ""):
+    """The figure of one (study, shape, target) group of rows that no GPU timed; ``command``, the sweep's that
+    stored them, is what its title says to run on a machine with the GPU."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -137,7 +141,7 @@ def budget_heatmap(rows: list[Result]):
     target = rows[0].target
     width = max(CELL_PX * len(block_n) * len(stages) + 300, 1000 if len(variants) > 1 else 900)
     fig.update_layout(
-        title=dict(text=_title(rows, variants, total), x=0.01, y=0.99, yref="container", yanchor="top"),
+        title=dict(text=_title(rows, variants, total, command), x=0.01, y=0.99, yref="container", yanchor="top"),
         height=170 * len(warps) + 300, width=width, template="plotly_white",
         coloraxis=dict(colorscale=BUDGET_METRICS["smem_pct"][2], cmin=ranges["smem_pct"][0],
                        cmax=ranges["smem_pct"][1], colorbar=dict(title=dict(text=BUDGET_METRICS["smem_pct"][1]))),
@@ -160,14 +164,15 @@ def _wrapped(text: str, columns: int) -> str:
     return "<br>".join(lines + [line])
 
 
-def _title(rows: list[Result], variants: list[str], total: int) -> str:
+def _title(rows: list[Result], variants: list[str], total: int, command: str) -> str:
     first = rows[0]
+    command = command or f"python -m tuner.sweep --study {shlex.quote(first.study)} --gpu {first.target}"
     fit = sum(1 for r in rows if r.status in FITS)
     dates = sorted(r.created_at for r in rows)
     drawn = (f"; {len(variants)} of {total} knob variants drawn, those where the most fit" if total > len(variants)
              else "")
     return (f"<b>{first.study}</b> · {first.shape} · target {first.target} · budget only, no GPU timings"
             f"<br><b>{fit} of {len(rows)} configs fit {first.target}; time them on a GPU</b> "
-            f"(python -m tuner.sweep --gpu {first.target} on a machine with one)"
+            f"(on a machine with one: {html.escape(command)})"
             f"<br><sup>torch {first.torch_version}, triton {first.triton_version}; {dates[0]:%Y-%m-%d %H:%M} UTC"
             f"{drawn} · <a href=\"index.html\">← every page (index)</a></sup>")

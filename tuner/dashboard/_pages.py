@@ -68,13 +68,14 @@ def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | Non
     written = []
     index: dict[str, list[tuple[str, str]]] = defaultdict(list)
     verdicts: dict[tuple, dict] = {}
+    commands = {run.id: run.command for run in db.runs()}
     for (study, target, gpu, shape), group in sorted(groups.items()):
         if shapes and shape not in shapes:
             continue
         if (study, target, gpu) not in verdicts:
             verdicts[(study, target, gpu)] = verdicts_of(db, study, target, gpu)
         name = page_name(study, shape, target, gpu)
-        figure, label = _heatmap_page(group, verdicts[(study, target, gpu)].get(shape))
+        figure, label = _heatmap_page(group, verdicts[(study, target, gpu)].get(shape), commands)
         _write(figure, directory / name, plotlyjs)
         written.append(directory / name)
         index[study].append((name, label))
@@ -96,12 +97,15 @@ def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | Non
     return written
 
 
-def _heatmap_page(group: list[Result], verdict) -> tuple:
-    """(the figure, its label in the index) of one group's heatmap: a budget-only one where no GPU timed it."""
+def _heatmap_page(group: list[Result], verdict, commands: dict[int, str]) -> tuple:
+    """(the figure, its label in the index) of one group's heatmap: a budget-only one where no GPU timed it
+    (its title naming the command of the last run that stored its rows, to run on the GPU)."""
     first = group[0]
     if is_budget_only(group):
         fits = sum(1 for r in group if r.status in FITS)
-        return budget_heatmap(group), f"{first.shape} · target {first.target} · budget only: {fits} of {len(group)} fit"
+        command = commands.get(max(r.run_id or 0 for r in group), "")
+        label = f"{first.shape} · target {first.target} · budget only: {fits} of {len(group)} fit"
+        return budget_heatmap(group, command), label
     return heatmap(group, verdict), f"{first.shape} · target {first.target} · {first.gpu}"
 
 

@@ -80,8 +80,10 @@ def main(argv=None) -> int:
         target = GpuSpec.from_name(args.gpu)
     except (StudyError, ValueError, RuntimeError) as exc:
         return usage_error(parser, f"--{'study' if isinstance(exc, StudyError) else 'gpu'}: {exc}")
-    if args.top < 1 or not args.timeout > 0:
-        return usage_error(parser, f"--top {args.top} must be at least 1 and --timeout {args.timeout} positive")
+    if args.top < 1:
+        return usage_error(parser, f"--top {args.top} must be at least 1")
+    if not args.timeout > 0:
+        return usage_error(parser, f"--timeout {args.timeout} must be a positive number of seconds")
     shapes, problem = _shapes(args, study)
     if problem:
         return usage_error(parser, problem)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tuner.counters import KIND_LABELS, display_order, verdict
+from tuner.formatting import sweep_command
 from tuner.profile._metrics import KernelCounters, ProfileError
 from tuner.profile._ncu import CountersNotPermitted, Target, find_ncu, ncu_version, profile
 from tuner.store import Profile, Store
@@ -53,7 +54,7 @@ def select_targets(db: Store, ctx: ProfileContext, top: int, shapes: list[str] |
             targets += [Target(kind, shape, **kernel) for kind in SDPA_KINDS]
     if not targets:
         raise ProfileError(f"{ctx.study.name} has no timed config for target {ctx.target} on {ctx.gpu_label}; "
-                           f"run python -m tuner.sweep --study {ctx.study.name} --gpu {ctx.target} on this GPU first")
+                           f"run {sweep_command(ctx.study, ctx.target, db.url)} on this GPU first")
     return targets
 
 
