@@ -34,6 +34,9 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        if torch.is_grad_enabled():            # create_graph=True: autograd wants this backward's own graph
+            raise RuntimeError("flash_attention has no double backward: its backward's kernels are not "
+                               "differentiable; take second derivatives through torch's scaled_dot_product_attention")
         q, k, v, out, lse = ctx.saved_tensors
         if ctx.bwd_config is None or isinstance(ctx.bwd_config, BwdConfig):
             dq, dk, dv = flash_attn_bwd(grad_out, q, k, v, out, lse, ctx.causal, config=ctx.bwd_config)
@@ -70,5 +73,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             3.6); default :func:`default_bwd_config`.
         fwd: the forward to use instead of :func:`kernel.flash_attn_fwd`, such as
             ``kernel.triton.autotune.flash_attn_fwd_autotuned`` (same arguments, returns ``(out, lse)``).
+
+    Raises:
+        TypeError: ``bwd_config`` or ``fwd`` is none of the above (checked here, not at backward time).
     """
+    if not (bwd_config is None or isinstance(bwd_config, (BwdConfig, GluonBwdConfig)) or callable(bwd_config)):
+        raise TypeError(f"bwd_config must be None, a kernel.BwdConfig, a GluonBwdConfig or an autotuned backward "
+                        f"(kernel.triton.autotune.AutotunedBackward); got {bwd_config!r:.80}")
+    if fwd is not None and not callable(fwd):
+        raise TypeError(f"fwd must be a forward entry point like kernel.flash_attn_fwd; got {fwd!r:.80}")
     return FlashAttention.apply(q, k, v, causal, bwd_config, fwd)

@@ -101,6 +101,11 @@ def _tma_misfit(tensors) -> str | None:
 
 
 def _check_tma(config: BwdConfig, tensors) -> None:
+    q = tensors[0][1]
+    if config.dq_mode == "tma" and (interpreting() or not getattr(q, "is_cuda", False)):
+        # The interpreter has no TMA reduce (create_descriptor_reduce): it would fail deep inside Triton.
+        raise ValueError("dq_mode='tma' (dQ by TMA reduce-add) needs a CUDA GPU with TMA (sm_90 or later), "
+                         "not the interpreter; use dq_mode='pass' or 'atomic'")
     if config.tma or config.dq_mode == "tma":
         misfit = _tma_misfit(tensors)
         if misfit:
