@@ -298,7 +298,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("python -m benchmarks.bwd_gluon needs a CUDA GPU (an sm_90 H100/H200 with Triton 3.6). Without one, "
-              "run `pytest tests/test_gluon_bwd.py -m 'not gpu'` under Triton 3.6.", file=sys.stderr)
+              "run `pytest tests/kernel/gluon/bwd/test_gluon_bwd.py -m 'not gpu'` under Triton 3.6.", file=sys.stderr)
         return 2
     from kernel.gluon.api import gluon_bwd_support
 

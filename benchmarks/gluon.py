@@ -314,7 +314,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("python -m benchmarks.gluon needs a CUDA GPU (an sm_90 H100/H200 with Triton 3.6): it times the "
-              "Gluon kernels against SDPA. Without one, run `pytest tests/test_gluon.py -m 'not gpu'`.",
+              "Gluon kernels against SDPA. Without one, run "
+              "`pytest tests/kernel/gluon/fwd/test_gluon.py -m 'not gpu'`.",
               file=sys.stderr)
         return 2
     reason = gluon_support()

@@ -8,7 +8,7 @@
 # Stages (each one quoted word list; ARGS go to the command as they are):
 #   env                  the GPU, its driver and clock, and the Python packages' versions
 #   tests [ARGS]         pytest -m gpu over ARGS (default tests/: the whole GPU suite; at most TESTS_S s), e.g.
-#                        'tests tests/test_kernel.py -k bf16'
+#                        'tests tests/kernel/triton/test_kernel.py -k bf16'
 #   bench NAME [ARGS]    python -m benchmarks.NAME ARGS, e.g. 'bench route --write'
 #   job [ARGS]           the README's main command as a user, timed, in a fresh folder, e.g. 'job --gpu sm_90'
 #   rerun [ARGS]         the same command again on that folder (the warm re-run), timed, and the emitted files compared

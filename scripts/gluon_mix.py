@@ -38,7 +38,7 @@ def forward_cases() -> dict[str, tuple]:
 
     cases = {f"fwd D{d} {'causal' if c else 'full'} {v}": (default_gluon_config(d, c, v), d, c, False)
              for v in ("pipelined", "ws") for d in (64, 128) for c in (False, True)}
-    # The split-last-wave binaries, as tests/test_gluon.py's TAIL_SPLITS: the D=64 ws default and an
+    # The split-last-wave binaries, as tests/kernel/gluon/fwd/test_gluon.py's TAIL_SPLITS: the D=64 ws default and an
     # in-order persistent two-consumer tile at D=128 (the D=128 default overlaps, so never splits).
     cases["fwd D64 full ws split"] = (default_gluon_config(64, False, "ws"), 64, False, True)
     cases["fwd D128 full ws split"] = (GluonConfig("ws", 128, 128, num_stages=2, overlap=False, pingpong=False,

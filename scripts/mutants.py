@@ -25,12 +25,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNEL = ["tests/test_kernel.py"]
-GATE = ["tests/test_reference.py", "tests/test_gate.py", "tests/test_runner.py", "tests/test_kernel.py"]
-BUDGET = ["tests/test_budget.py"]
-SWEEP = ["tests/test_records.py", "tests/test_finalists.py", "tests/test_store.py", "tests/test_sweep.py"]
-EMIT = ["tests/test_emit.py", "tests/test_records.py"]
-DASH = ["tests/test_dashboard.py"]
+KERNEL = ["tests/kernel/triton/test_kernel.py"]
+GATE = ["tests/kernel/test_reference.py", "tests/tuner/test_gate.py", "tests/tuner/test_runner.py",
+        "tests/kernel/triton/test_kernel.py"]
+BUDGET = ["tests/tuner/budget/test_budget.py"]
+SWEEP = ["tests/tuner/test_records.py", "tests/tuner/test_finalists.py", "tests/tuner/store/test_store.py",
+         "tests/tuner/test_sweep.py"]
+EMIT = ["tests/tuner/test_emit.py", "tests/tuner/test_records.py"]
+DASH = ["tests/tuner/dashboard/test_dashboard.py"]
 
 # (name, file, text before, text after, tests)
 MUTANTS = [

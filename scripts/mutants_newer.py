@@ -9,22 +9,25 @@ tuner/space.py, tuner/winners.py), the store's writes and sweep owners, the timi
 (node ids where a whole file would be slow).
 """
 
-BWD = ["tests/test_backward_layouts.py", "tests/test_tma_layouts.py"]
-BWD_RAGGED = [*BWD, "tests/test_backward.py::test_gradients_match_the_reference_on_ragged_and_causal_shapes"]
-BWD_TUNER = ["tests/test_knob_rules.py", "tests/test_backward_layouts.py",
-             "tests/test_backward_tuner.py::test_keys_parse_back_and_the_kernel_config_round_trips",
-             "tests/test_backward_tuner.py::test_the_dq_pass_fields_do_not_count_where_dq_is_accumulated"]
-DEFAULTS = ["tests/test_defaults.py", "tests/test_kernel.py::test_the_hopper_defaults_drop_tma_at_a_length_of_one"]
-KNOB_RULES = ["tests/test_knob_rules.py", "tests/test_budget.py::test_warp_specialization_at_four_warps_is_refused_"
+BWD = ["tests/kernel/test_backward_layouts.py", "tests/kernel/triton/test_tma_layouts.py"]
+BWD_RAGGED = [*BWD,
+              "tests/kernel/triton/test_backward.py::test_gradients_match_the_reference_on_ragged_and_causal_shapes"]
+BWD_TUNER = ["tests/tuner/budget/test_knob_rules.py", "tests/kernel/test_backward_layouts.py",
+             "tests/tuner/test_backward_tuner.py::test_keys_parse_back_and_the_kernel_config_round_trips",
+             "tests/tuner/test_backward_tuner.py::test_the_dq_pass_fields_do_not_count_where_dq_is_accumulated"]
+DEFAULTS = ["tests/kernel/triton/test_defaults.py",
+            "tests/kernel/triton/test_kernel.py::test_the_hopper_defaults_drop_tma_at_a_length_of_one"]
+KNOB_RULES = ["tests/tuner/budget/test_knob_rules.py",
+              "tests/tuner/budget/test_budget.py::test_warp_specialization_at_four_warps_is_refused_"
               "before_the_compiler_fails"]
-INTERFACE = ["tests/test_kernel_interface.py",
-             "tests/test_emit.py::test_an_emitted_triton_config_stands_for_its_config",
-             "tests/test_kernels.py::test_the_registry_names_the_triton_forward_by_default_and_refuses_what_it_lacks"]
-STORE = ["tests/test_store_writes.py", "tests/test_store.py"]
-OWNERS = ["tests/test_owners.py", "tests/test_search.py::test_orphans_are_found_only_for_dead_processes"]
-TIMING = ["tests/test_timing_cpu.py", "tests/test_timing.py"]
-OBJECTIVE = ["tests/test_objective.py", "tests/test_records.py"]
-EMIT_TOP = ["tests/test_emit_top.py", "tests/test_emit.py"]
+INTERFACE = ["tests/tuner/kernels/test_kernel_interface.py",
+             "tests/tuner/test_emit.py::test_an_emitted_triton_config_stands_for_its_config",
+             "tests/tuner/kernels/test_kernels.py::test_the_registry_names_the_triton_forward_by_default_and_refuses_what_it_lacks"]
+STORE = ["tests/tuner/store/test_store_writes.py", "tests/tuner/store/test_store.py"]
+OWNERS = ["tests/tuner/test_owners.py", "tests/tuner/test_search.py::test_orphans_are_found_only_for_dead_processes"]
+TIMING = ["tests/kernel/measure/test_timing_cpu.py", "tests/kernel/measure/test_timing.py"]
+OBJECTIVE = ["tests/tuner/test_objective.py", "tests/tuner/test_records.py"]
+EMIT_TOP = ["tests/tuner/test_emit_top.py", "tests/tuner/test_emit.py"]
 NEWER = [
     ("bwd: preprocess reads dout with out's strides", "kernel/triton/bwd.py",
      '*zip(("stride_dob", "stride_doh", "stride_dom"), shape.do), ("H", shape.heads)',
@@ -105,7 +108,7 @@ NEWER = [
     ("knobs: wgmma at 2 warps", "tuner/kernels/triton_fwd.py", "config.num_warps % 4 == 0 and config.block_m >= 64",
      "config.num_warps % 2 == 0 and config.block_m >= 64", KNOB_RULES),
     ("knobs: TMA reads V with K's row stride", "kernel/triton/fwd.py", "strides=[stride_vn, 1], block_shape",
-     "strides=[stride_kn, 1], block_shape", ["tests/test_tma_layouts.py"]),
+     "strides=[stride_kn, 1], block_shape", ["tests/kernel/triton/test_tma_layouts.py"]),
     ("defaults: Hopper D=64 causal with 64-key tiles", "kernel/triton/fwd.py",
      "return dict(block_m=64, block_n=128, num_warps=4, num_stages=2, tma=True)",
      "return dict(block_m=64, block_n=64, num_warps=4, num_stages=2, tma=True)", DEFAULTS),

@@ -3,6 +3,10 @@
 Without CUDA, kernels run in Triton's interpreter on the CPU. TRITON_INTERPRET must be
 set before ``kernel`` is imported (``@triton.jit`` reads it when the kernel is
 decorated), so it is set here, at collection time.
+
+The tests are laid out as the packages they test (tests/kernel/triton/ for kernel/triton/, and so on);
+the shared helpers (this file, gluon_fakes.py, gluon_smoke.py, the fake drivers, fixtures/) stay here,
+on the path through pyproject's ``pythonpath``. Paths into the repository start from :data:`ROOT`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parent.parent     # the repository: tests/.. wherever a test file sits
+FIXTURES = ROOT / "tests" / "fixtures"
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:

@@ -1,6 +1,6 @@
 """Triton 3.6's real JITs and launcher wrapper on a CPU, with tests/gluon_fake_driver.py's recording
 driver: what a Gluon backward plan's direct launches (the preprocess, the Gluon kernel, the dQ
-conversion) pass against what the JITs pass. Run by tests/test_gluon_bwd_plan.py in a subprocess
+conversion) pass against what the JITs pass. Run by tests/kernel/gluon/bwd/test_gluon_bwd_plan.py in a subprocess
 (the JIT cannot compile under TRITON_INTERPRET=1, which the CPU tests set). Prints one JSON object:
 per case, each step's three recorded launches (tensors as their data_ptr), the pointers each step
 encoded a CUtensorMap for, and the pointers of the two input sets.

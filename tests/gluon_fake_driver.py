@@ -1,5 +1,5 @@
 """Triton 3.6's real Gluon JIT and launcher wrapper on a CPU, with a recording driver: what a plan's
-direct launch passes against what the JIT passes (run by tests/test_gluon_plan.py in a subprocess:
+direct launch passes against what the JIT passes (run by tests/kernel/gluon/fwd/test_gluon_plan.py in a subprocess:
 the JIT cannot compile under TRITON_INTERPRET=1, which the CPU tests set).
 
 The driver is fake only where a GPU would be needed: the current device and stream, loading the

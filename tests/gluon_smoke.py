@@ -1,4 +1,5 @@
-"""The Gluon kernels' tests' subprocesses (tests/test_gluon.py, tests/test_gluon_bwd.py).
+"""The Gluon kernels' tests' subprocesses (tests/kernel/gluon/fwd/test_gluon.py,
+tests/kernel/gluon/bwd/test_gluon_bwd.py).
 
 * :func:`smoke_verdict`: each GPU test file runs its kernel's smoke cases first, with a timeout,
   so that a kernel that deadlocks on its barriers fails its tests at once, naming the case,

@@ -175,7 +175,7 @@ def _private_package(name: str) -> str | None:
 def test_nothing_outside_a_package_imports_its_private_modules():
     offenders = [(m, t) for m, ts in _graph().items() for t in ts
                  if _private_package(t) and not (m + ".").startswith(_private_package(t) + ".")]
-    tests = [(p.name, line) for p in (ROOT / "tests").glob("test_*.py") if p.name != "test_imports.py"
+    tests = [(p.name, line) for p in (ROOT / "tests").rglob("test_*.py") if p.name != "test_imports.py"
              for line in p.read_text().splitlines() if line.lstrip().startswith(("import ", "from "))
              and any(_private_package(word) for word in line.replace(",", " ").split() if word.startswith("tuner."))]
     assert not offenders and not tests, offenders + tests

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 import torch
-from conftest import nan_outputs_like
+from conftest import ROOT, nan_outputs_like
 from gluon_fakes import flat_launcher_reason
 
 import kernel.gluon.fwd.launch as gluon_module
@@ -33,7 +33,6 @@ from kernel.gluon.fwd.launch import KNOB_NAMES, flash_attn_fwd_gluon, flash_attn
 from kernel.gluon.fwd.plan import GluonLaunchPlan
 from kernel.triton.launch import PLANS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAT_REASON = flat_launcher_reason()
 API_REASON = gluon_api_support()
 RUN_REASON = gluon_support() if torch.cuda.is_available() else "needs a CUDA GPU"
@@ -144,7 +143,7 @@ def test_the_default_calls_route_makes_its_launch_plan_once(hopper, monkeypatch)
 
 @pytest.mark.skipif(API_REASON is not None or FLAT_REASON is not None, reason=str(API_REASON or FLAT_REASON))
 def test_the_direct_launch_passes_what_the_jit_passes_on_triton_36():
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"} | {"PYTHONPATH": ROOT}
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, os.path.join("tests", "gluon_fake_driver.py")], capture_output=True,
                             text=True, timeout=900, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -1,7 +1,7 @@
 """The Gluon backward as a tunable kernel (tuner/kernels/gluon_bwd.py) and its study, on the CPU.
 
 The budget stage's exact sm_90 cross-compile needs Triton 3.6's Gluon: that test is skipped,
-with the reason, on another Triton (run it in the Triton 3.6 venv, as tests/test_gluon_bwd.py).
+with the reason, on another Triton (run it in the Triton 3.6 venv, as tests/kernel/gluon/bwd/test_gluon_bwd.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 
 import pytest
+from conftest import ROOT
 from gluon_smoke import spill_allowance
 
 from kernel.gluon.api import gluon_api_support
@@ -25,7 +26,6 @@ from tuner.problem import Problem
 from tuner.status import Status
 from tuner.study import load
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBLEM = Problem(4, 8, 4096, 4096, 128, "bf16", True)
 SPILLS = spill_allowance()      # stack bytes allowed (0 but under Triton 3.9's ptxas)
 API_REASON = gluon_api_support()

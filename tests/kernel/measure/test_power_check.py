@@ -10,6 +10,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from conftest import ROOT
 
 from kernel.measure.retime import (
     PAIRED,
@@ -134,11 +135,10 @@ def test_every_deciding_figure_s_name_fits_the_store_s_column():
 
 
 def test_the_device_script_s_close_pair_study_holds_issue_24_s_pair_plain():
-    from pathlib import Path
 
     from tuner.study import load
 
-    study = load(str(Path(__file__).resolve().parents[1] / "scripts" / "power_pair.toml"))
+    study = load(str(ROOT / "scripts" / "power_pair.toml"))
     keys = {config.key for config in study.configs()}
     assert {"64x64_w4_s4", "128x64_w8_s3"} <= keys and study.kernel_name == "triton"
     assert {shape.causal for shape in study.shapes} == {False, True}

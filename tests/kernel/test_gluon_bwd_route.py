@@ -198,11 +198,11 @@ def spied(monkeypatch) -> list:
 
 
 def _right(q, k, v, dout, causal, grads, label):
-    from test_backward import _reference, _torch_grads
+    from grad_reference import reference_grads, torch_grads
 
     from kernel.reference import grad_accuracy
 
-    verdict = grad_accuracy(grads, _reference(q, k, v, dout, causal), _torch_grads(q, k, v, dout, causal), q.dtype)
+    verdict = grad_accuracy(grads, reference_grads(q, k, v, dout, causal), torch_grads(q, k, v, dout, causal), q.dtype)
     assert verdict.ok, f"{label}: {verdict.reason}"
 
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from tuner.gate import ragged_gate
 from tuner.study import StudyError, load, shipped
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("name", ["article", "head_dim_128", "long_context", "autotune_race", "hopper_knobs"])

@@ -89,7 +89,7 @@ def test_default_config_and_autograd(device, fresh_inputs):
     out = kernel.flash_attention(q, k, v, True)
     ref, _ = kernel.attention_reference(q.detach(), k, v, True)
     assert rel_err(out.detach(), ref) < 2e-3
-    out.sum().backward()                 # the backward's accuracy is tests/test_backward.py's
+    out.sum().backward()                 # the backward's accuracy is tests/kernel/triton/test_backward.py's
     assert q.grad is not None and q.grad.shape == q.shape and torch.isfinite(q.grad).all()
 
 

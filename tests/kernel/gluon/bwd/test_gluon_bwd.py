@@ -3,7 +3,7 @@
 * Compile tests (no GPU): the defaults and the knob variants compile for sm_90 under Triton 3.6
   with no register spills, the PTX holds wgmma, bulk tensor copies, the bulk reduce (dQ) and
   ``setmaxnreg``, and the shared memory is the model's figure, within the 227 KB limit.
-  Skipped, with the reason, on a Triton whose Gluon API is not 3.6's (as tests/test_gluon.py).
+  Skipped, with the reason, on a Triton whose Gluon API is not 3.6's (as tests/kernel/gluon/fwd/test_gluon.py).
 * GPU tests (``gpu`` mark, an sm_90 GPU with Triton 3.6): dQ, dK and dV against a float32
   autograd reference of the math, within 3x PyTorch's own bf16 error on the same inputs
   (``kernel.reference.grad_accuracy``), on NaN-filled gradients and fresh random inputs. A
@@ -20,6 +20,7 @@ from dataclasses import asdict
 
 import pytest
 import torch
+from conftest import ROOT
 from gluon_smoke import cross_compile_in_processes, smoke_verdict, spill_allowance
 
 from kernel.gluon.api import GluonUnavailable, gluon_api_support, gluon_bwd_support
@@ -33,7 +34,6 @@ needs_gluon_api = pytest.mark.skipif(API_REASON is not None,
                                      reason=f"compile tests need a Gluon with the kernels' API: {API_REASON}")
 RUN_REASON = gluon_bwd_support() if torch.cuda.is_available() else "needs a CUDA GPU"
 needs_hopper = pytest.mark.skipif(RUN_REASON is not None, reason=str(RUN_REASON))
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CASES = sorted(GLUON_BWD_DEFAULTS)           # (head_dim, causal)
 
 # ------------------------------------------------------------------ compile tests (CPU)

@@ -21,6 +21,7 @@ from dataclasses import asdict
 
 import pytest
 import torch
+from conftest import ROOT
 from gluon_smoke import cross_compile_in_processes, smoke_verdict, spill_allowance
 
 from kernel.gluon.api import gluon_api_support, gluon_support
@@ -34,7 +35,6 @@ needs_gluon_api = pytest.mark.skipif(API_REASON is not None,
                                      reason=f"compile tests need a Gluon with the kernels' API: {API_REASON}")
 RUN_REASON = gluon_support() if torch.cuda.is_available() else "needs a CUDA GPU"
 needs_hopper = pytest.mark.skipif(RUN_REASON is not None, reason=str(RUN_REASON))
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = [(d, causal, variant) for d in (64, 128) for causal in (False, True) for variant in VARIANTS]
 
 

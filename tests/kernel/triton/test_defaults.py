@@ -8,9 +8,9 @@ pinned and must fit Ada's 99 KB per block by the budget model, for every head di
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 import kernel
 from kernel.triton.defaults import HOPPER_BWD, default_bwd_config
@@ -20,7 +20,7 @@ from tuner.kernels.triton_bwd import from_kernel
 from tuner.kernels.triton_fwd import FwdConfig
 from tuner.problem import Problem
 
-RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+RESULTS = ROOT / "docs" / "results"
 TILES = ("block_m", "block_n", "num_warps", "num_stages")
 SM89, SM90 = GpuSpec.from_name("sm_89"), GpuSpec.from_name("sm_90")
 

@@ -12,15 +12,15 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, HAND_GPU, HAND_SHAPES
 
-from tests.conftest import HAND_GPU, HAND_SHAPES
 from tuner import profile
 from tuner.kernels.triton_fwd import KERNEL, FwdConfig as Config
 from tuner.problem import Problem
 from tuner.profile.__main__ import main as profile_main
 from tuner.store import Finalist, Profile, Store
 
-FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
+NCU = FIXTURES / "ncu"
 HAND_STUDY = types.SimpleNamespace(name="hand", shapes=tuple(Problem.from_label(s) for s in HAND_SHAPES),
                                    kernel=KERNEL, kernel_name="triton", pass_="fwd")
 FAKE_NCU = """#!{python}
@@ -52,7 +52,7 @@ print(text)
 
 
 def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text()
+    return (NCU / name).read_text()
 
 
 def target(kind: str = "ours") -> profile.Target:
@@ -63,7 +63,7 @@ def target(kind: str = "ours") -> profile.Target:
 def fake_ncu(tmp_path, monkeypatch):
     path = tmp_path / "bin" / "ncu"
     path.parent.mkdir()
-    path.write_text(FAKE_NCU.format(python=sys.executable, fixtures=str(FIXTURES)))
+    path.write_text(FAKE_NCU.format(python=sys.executable, fixtures=str(NCU)))
     path.chmod(0o755)
     monkeypatch.setenv("FAKE_NCU_LOG", str(tmp_path / "ncu.log"))
     return path

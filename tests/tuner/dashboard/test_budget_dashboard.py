@@ -1,5 +1,5 @@
 """The pages of a budget-only run (no GPU timed a config), the note a page shows until plotly
-loads, and an index that names its store portably. Timed pages are tests/test_dashboard.py's."""
+loads, and an index that names its store portably. Timed pages are tests/tuner/dashboard/test_dashboard.py's."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 import torch
-from conftest import nan_outputs_like
+from conftest import ROOT, nan_outputs_like
 from gluon_fakes import ENCODED, HEAD, FakeDescriptor, FakeGluonKernel, flat_launcher_reason
 
 import kernel.gluon.api as gluon_api
@@ -34,7 +34,6 @@ from kernel.gluon.bwd.config import GluonBwdConfig
 from kernel.gluon.bwd.plan import DESCRIPTORS, GluonBwdPlan
 from kernel.triton.launch import PLANS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAT_REASON = flat_launcher_reason()
 API_REASON = gluon_api.gluon_api_support()
 RUN_REASON = gluon_api.gluon_bwd_support() if torch.cuda.is_available() else "needs a CUDA GPU"
@@ -301,7 +300,7 @@ def _named(args, names: dict):
 
 @pytest.mark.skipif(API_REASON is not None or FLAT_REASON is not None, reason=str(API_REASON or FLAT_REASON))
 def test_the_direct_launches_pass_what_the_jits_pass_on_triton_36():
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"} | {"PYTHONPATH": ROOT}
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, os.path.join("tests", "gluon_bwd_fake_driver.py")], capture_output=True,
                             text=True, timeout=900, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr[-4000:]

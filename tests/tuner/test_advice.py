@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
 from tuner import commands, emit, sweep
 from tuner.budget.__main__ import main as budget_main
@@ -24,7 +25,6 @@ from tuner.profile.__main__ import main as profile_main
 from tuner.store import Store
 from tuner.study import load
 
-ROOT = Path(__file__).resolve().parent.parent
 ONE_CONFIG = """name = "small"
 [problem]
 n = 64

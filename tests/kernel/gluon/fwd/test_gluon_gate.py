@@ -5,13 +5,13 @@ own check and table (``kernel/gluon/fwd/launch.py``, ``gluon_config.py``, ``benc
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 import torch
+from conftest import ROOT
 
 from kernel.gluon.api import GluonUnavailable, gluon_api_support, gluon_support
 from kernel.gluon.fwd.config import GLUON_DEFAULTS, VARIANTS, GluonConfig, default_gluon_config, gluon_configs
@@ -19,7 +19,6 @@ from kernel.gluon.fwd.launch import flash_attn_fwd_gluon, supported
 
 API_REASON = gluon_api_support()
 RUN_REASON = gluon_support() if torch.cuda.is_available() else "needs a CUDA GPU"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_the_smem_model_counts_tiles_and_barriers():

@@ -1,10 +1,10 @@
 """Behaviour that must survive refactors, held to what the code produced before them.
 
-The golden files in ``fixtures/unchanged/`` were written by the code of commit 227bf39
+The golden files in ``tests/fixtures/unchanged/`` were written by the code of commit 227bf39
 (before issue 21's refactor), from inputs that live in this repository:
 
 * ``emit_*.py.txt``: ``tuner.emit``'s list from a store built out of the H200 rows of
-  ``fixtures/h200_results.json.gz``, with finalists made up for one shape and knob variants
+  ``tests/fixtures/h200_results.json.gz``, with finalists made up for one shape and knob variants
   of the D=128 rows made up as study ``hopper_knobs``, byte for byte;
 * ``summary_article.txt``: the sweep's end-of-run summary of the same store;
 * ``fingerprints.json``: every shipped study's fingerprint (a changed one would refuse
@@ -28,8 +28,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = FIXTURES / "unchanged"
 GPU = "NVIDIA H200 (sm_90)"
 COMMAND = "python -m tuner.emit --study article --gpu sm_90 --storage sqlite:///h200.db"
@@ -341,7 +341,7 @@ def test_optuna_is_asked_for_the_same_parameters():
 
 
 def write_golden(folder: Path = GOLDEN) -> None:       # pragma: no cover (run once, by hand, on the old code)
-    """``python -c "from tests.test_unchanged import write_golden; write_golden()"``, on the old code."""
+    """``python -c "from tests.tuner.test_unchanged import write_golden; write_golden()"``, on the old code."""
     import tempfile
 
     from tuner.study import load

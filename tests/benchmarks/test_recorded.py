@@ -6,9 +6,11 @@ import gzip
 import json
 from pathlib import Path
 
+from conftest import FIXTURES
+
 from benchmarks import search
 
-FIXTURE = Path(__file__).parent / "fixtures" / "h200_results.json.gz"
+FIXTURE = FIXTURES / "h200_results.json.gz"
 FIELDS = ("study", "shape", "config", "status", "ms", "cudnn_ms", "run_id", "created_at")
 
 

@@ -21,13 +21,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from tuner.runner import FAULT_ENV
 from tuner.study import load
 
-ROOT = Path(__file__).resolve().parent.parent
 PG_ENV = "FA2_TUNER_TEST_PG"
 CROWD_STUDY = """
 name = "crowd"

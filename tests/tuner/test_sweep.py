@@ -15,19 +15,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import optuna
 import pytest
 import torch
+from conftest import ROOT
 
 from tuner import sweep
 from tuner.budget import CompileInfo, CompilePool
 from tuner.runner import FAULT_ENV
 from tuner.study import load
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 # ------------------------------------------------------------------------------- CLI
 

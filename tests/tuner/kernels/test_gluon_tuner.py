@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 
 import pytest
+from conftest import ROOT
 
 from kernel.gluon.fwd.config import GluonConfig, default_gluon_config
 from tuner import kernels
@@ -22,7 +23,6 @@ from tuner.problem import Problem
 from tuner.status import Status
 from tuner.study import load
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBLEM = Problem(4, 8, 4096, 4096, 128, "bf16", True)
 
 

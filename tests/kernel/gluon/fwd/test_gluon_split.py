@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import ROOT
 
 from kernel.gluon.fwd.config import GluonConfig, default_gluon_config
 from kernel.gluon.fwd.split import MAX_SPLITS, TailSplit, merge_parts, tail_split
@@ -122,11 +123,10 @@ def test_the_merge_kernel_compiles_for_hopper(block_m, head_dim):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, "-c", MERGE_COMPILE, str(block_m), str(head_dim)], env=env,
-                            capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+                            capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["ptx"], report

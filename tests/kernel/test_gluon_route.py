@@ -213,7 +213,7 @@ def spied(monkeypatch) -> list:
     monkeypatch.setattr(GluonLaunchPlan, "__call__", spy)
     monkeypatch.setattr(route, "ROUTE_MIN_FLOPS", 0)       # the small shapes here take the route too
     # The Gluon path at every shape here; which shapes a default call sends there is the measured
-    # table's (kernel/route_table.py, tests/test_route_table.py).
+    # table's (kernel/route_table.py, tests/kernel/test_route_table.py).
     monkeypatch.setattr(route_table, "FORWARD", {})
     return calls
 
@@ -261,7 +261,7 @@ def test_float16_and_d64_take_their_routes(spied, fresh_inputs, nan_outputs, ass
 @needs_route
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_backward_works_after_the_gluon_forward(causal, spied):
-    from test_backward import _reference, _torch_grads
+    from grad_reference import reference_grads, torch_grads
 
     from kernel.reference import grad_accuracy
 
@@ -272,5 +272,5 @@ def test_flash_attention_backward_works_after_the_gluon_forward(causal, spied):
     out = kernel.flash_attention(*leaves, causal)
     assert spied == ["ws"]
     ours = torch.autograd.grad(out, leaves, dout)
-    verdict = grad_accuracy(ours, _reference(q, k, v, dout, causal), _torch_grads(q, k, v, dout, causal), q.dtype)
+    verdict = grad_accuracy(ours, reference_grads(q, k, v, dout, causal), torch_grads(q, k, v, dout, causal), q.dtype)
     assert verdict.ok, verdict.reason

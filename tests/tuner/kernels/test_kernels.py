@@ -62,7 +62,7 @@ def user_kernel(tmp_path, monkeypatch) -> str:
 
 
 def _study(tmp_path, extra: str, name: str = "tiny") -> str:
-    from tests.conftest import TINY_STUDY
+    from conftest import TINY_STUDY
 
     path = tmp_path / f"{name}.toml"
     path.write_text(TINY_STUDY.replace('name = "tiny"', f'name = "{name}"\n{extra}'))
@@ -221,7 +221,8 @@ def test_every_consumer_of_a_shapes_winner_names_the_same_config(hand_store):
     from collections import Counter
     from types import SimpleNamespace
 
-    from tests.conftest import HAND_GPU, HAND_SHAPES
+    from conftest import HAND_GPU, HAND_SHAPES
+
     from tuner import dashboard, emit, winners
     from tuner.report import summary
     from tuner.store import Finalist

@@ -1,7 +1,7 @@
 """Dashboards: every cell says the right thing, the buttons carry the right data, the roof is right.
 
 Two stores: a hand-written one (every status, and a config timed on one shape only)
-and ``fixtures/h200_results.json.gz``, the rows of three shapes from the H200 sweeps of
+and ``tests/fixtures/h200_results.json.gz``, the rows of three shapes from the H200 sweeps of
 studies ``article`` and ``head_dim_128`` (2026-11-30): real verdicts, real timings.
 """
 
@@ -13,15 +13,15 @@ import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from tuner import dashboard
 from tuner.gpus import GpuSpec
 from tuner.store import Result, Run, Store
 
-FIXTURE = Path(__file__).parent / "fixtures" / "h200_results.json.gz"
+FIXTURE = FIXTURES / "h200_results.json.gz"
 SHAPE = "B4 H8 Nq4096 Nk4096 D64 bf16"
 S1 = "B1 H2 Nq128 Nk128 D64 bf16"
 EXPECTED_LABELS = {"256x256_w8_s3": "smem<br>384K", "256x256_w1_s1": "regs", "16x16_w16_s1": "invalid",

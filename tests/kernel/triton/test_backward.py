@@ -8,34 +8,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
+from conftest import ROOT
+from grad_reference import bwd_inputs, reference_grads, torch_grads
 
 import kernel
-from kernel.reference import GRAD_FLOOR, causal_keep, grad_accuracy, rel_err
-
-
-def _reference(q, k, v, dout, causal):
-    """Gradients by autograd through the attention math in float64."""
-    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    out, _ = kernel.attention_reference(q64, k64, v64, causal)
-    return torch.autograd.grad(out, (q64, k64, v64), dout.double())
-
-
-def _torch_grads(q, k, v, dout, causal):
-    """PyTorch's own gradients at the inputs' precision (SDPA's math backend)."""
-    q1, k1, v1 = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    mask = causal_keep(q.shape[-2], k.shape[-2], q.device) if causal else None
-    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-        out = F.scaled_dot_product_attention(q1, k1, v1, attn_mask=mask)
-    return torch.autograd.grad(out, (q1, k1, v1), dout)
+from kernel.reference import GRAD_FLOOR, grad_accuracy, rel_err
 
 
 def _check(q, k, v, causal, dout=None, **config):
     dout = torch.randn_like(q) if dout is None else dout
     out, lse = kernel.flash_attn_fwd(q, k, v, causal)
     ours = kernel.flash_attn_bwd(dout, q, k, v, out, lse, causal, **config)
-    expected = _reference(q, k, v, dout, causal)
-    pytorchs = _torch_grads(q, k, v, dout, causal)
+    expected = reference_grads(q, k, v, dout, causal)
+    pytorchs = torch_grads(q, k, v, dout, causal)
     for name, mine, ref in zip(("dq", "dk", "dv"), ours, expected):
         assert mine.shape == ref.shape and mine.dtype == q.dtype, name
     verdict = grad_accuracy(ours, expected, pytorchs, q.dtype)
@@ -43,49 +28,44 @@ def _check(q, k, v, causal, dout=None, **config):
     return ours
 
 
-def _inputs(device, shape_q, shape_kv, dtype=torch.float32):
-    return (torch.randn(shape_q, device=device, dtype=dtype), torch.randn(shape_kv, device=device, dtype=dtype),
-            torch.randn(shape_kv, device=device, dtype=dtype))
-
-
 @pytest.mark.parametrize("n_q, n_k, causal", [(64, 64, False), (64, 64, True), (97, 53, True), (53, 97, True),
                                               (33, 130, False), (130, 33, True)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_gradients_match_the_reference_on_ragged_and_causal_shapes(device, n_q, n_k, causal, dtype):
     torch.manual_seed(n_q * 1000 + n_k + causal)
-    _check(*_inputs(device, (2, 3, n_q, 32), (2, 3, n_k, 32), dtype), causal, block_m=32, block_n=16)
+    _check(*bwd_inputs(device, (2, 3, n_q, 32), (2, 3, n_k, 32), dtype), causal, block_m=32, block_n=16)
 
 
 @pytest.mark.parametrize("head_dim", [16, 32, 64, 128, 256])
 def test_every_head_dim(device, head_dim):
     torch.manual_seed(head_dim)
-    _check(*_inputs(device, (1, 2, 40, head_dim), (1, 2, 24, head_dim)), True, block_m=16, block_n=16)
+    _check(*bwd_inputs(device, (1, 2, 40, head_dim), (1, 2, 24, head_dim)), True, block_m=16, block_n=16)
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_last_tiles_with_one_valid_row_and_one_valid_key(device, causal):
     torch.manual_seed(7)
     block_m, block_n = 32, 16
-    _check(*_inputs(device, (1, 2, 3 * block_m + 1, 32), (1, 2, 2 * block_n + 1, 32)), causal,
+    _check(*bwd_inputs(device, (1, 2, 3 * block_m + 1, 32), (1, 2, 2 * block_n + 1, 32)), causal,
            block_m=block_m, block_n=block_n)
 
 
 def test_the_dq_pass_may_use_its_own_tiles_and_three_dim_inputs_work(device):
     torch.manual_seed(3)
-    q, k, v = _inputs(device, (2, 77, 64), (2, 45, 64))
+    q, k, v = bwd_inputs(device, (2, 77, 64), (2, 45, 64))
     dq, dk, dv = _check(q, k, v, True, block_m=16, block_n=32, block_m_q=64, block_n_q=16)
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
 
 
 def test_v_in_another_memory_layout(device):
     torch.manual_seed(5)
-    q, k, _ = _inputs(device, (1, 2, 50, 32), (1, 2, 70, 32))
+    q, k, _ = bwd_inputs(device, (1, 2, 50, 32), (1, 2, 70, 32))
     v = torch.randn(1, 70, 2, 32, device=device).transpose(1, 2)       # strided over heads
     _check(q, k, v, False, block_m=16, block_n=16)
 
 
 def test_no_keys_give_zero_gradients_and_no_nan(device):
-    q, k, v = _inputs(device, (1, 2, 20, 16), (1, 2, 0, 16))
+    q, k, v = bwd_inputs(device, (1, 2, 20, 16), (1, 2, 0, 16))
     out, lse = kernel.flash_attn_fwd(q, k, v, False)
     dq, dk, dv = kernel.flash_attn_bwd(torch.randn_like(q), q, k, v, out, lse, False, block_m=16, block_n=16)
     assert torch.equal(dq, torch.zeros_like(dq)) and dk.numel() == dv.numel() == 0
@@ -93,10 +73,10 @@ def test_no_keys_give_zero_gradients_and_no_nan(device):
 
 def test_flash_attention_is_an_autograd_op(device):
     torch.manual_seed(11)
-    q, k, v = (t.requires_grad_() for t in _inputs(device, (1, 2, 48, 32), (1, 2, 48, 32)))
+    q, k, v = (t.requires_grad_() for t in bwd_inputs(device, (1, 2, 48, 32), (1, 2, 48, 32)))
     dout = torch.randn_like(q)
     kernel.flash_attention(q, k, v, True).backward(dout)
-    expected = _reference(q, k, v, dout, True)
+    expected = reference_grads(q, k, v, dout, True)
     for got, ref in zip((q.grad, k.grad, v.grad), expected):
         assert rel_err(got, ref) <= GRAD_FLOOR[torch.float32]
 
@@ -109,7 +89,7 @@ def test_flash_attention_is_an_autograd_op(device):
     (dict(block_n_q=8), "block_n_q=8 must be a power of two"),
 ])
 def test_bad_inputs_are_named(device, change, words):
-    q, k, v = _inputs(device, (1, 2, 16, 16), (1, 2, 16, 16))
+    q, k, v = bwd_inputs(device, (1, 2, 16, 16), (1, 2, 16, 16))
     out, lse = kernel.flash_attn_fwd(q, k, v, False)
     arguments = dict(dout=torch.randn_like(q), q=q, k=k, v=v, out=out, lse=lse)
     config = {key: value for key, value in change.items() if key.startswith("block")}
@@ -126,27 +106,27 @@ def test_every_dq_mode_with_and_without_tma_loads_and_a_persistent_grid(device, 
     persistent programs over the key tiles. dq_mode "tma" (the copy engine's reduce-add) has
     no interpreter; the GPU tests take it."""
     torch.manual_seed(13)
-    q, k, v = _inputs(device, (2, 3, 97, 32), (2, 3, 53, 32))
+    q, k, v = bwd_inputs(device, (2, 3, 97, 32), (2, 3, 53, 32))
     _check(q, k, v, causal, block_m=32, block_n=16, dq_mode=dq_mode, tma=tma, persistent=2 if causal else 0)
 
 
 def test_dout_in_another_layout_than_out(device):
     torch.manual_seed(17)
-    q, k, v = _inputs(device, (1, 2, 45, 32), (1, 2, 39, 32))
+    q, k, v = bwd_inputs(device, (1, 2, 45, 32), (1, 2, 39, 32))
     dout = torch.randn(1, 45, 2, 32, device=device).transpose(1, 2)      # [B, N, H, D] viewed as [B, H, N, D]
     _check(q, k, v, True, dout=dout, block_m=16, block_n=32, dq_mode="atomic")
 
 
 def test_dq_tiles_smaller_than_the_dk_dv_tiles(device):
     torch.manual_seed(19)
-    q, k, v = _inputs(device, (1, 2, 70, 32), (1, 2, 66, 32))
+    q, k, v = bwd_inputs(device, (1, 2, 70, 32), (1, 2, 66, 32))
     _check(q, k, v, True, block_m=32, block_n=64, block_m_q=16, block_n_q=16)
 
 
 def test_overlap_is_checked_and_runs_in_order_where_there_are_no_streams(device):
     """overlap needs the dQ pass; on the CPU (the interpreter has no streams) it runs in order."""
     torch.manual_seed(23)
-    q, k, v = _inputs(device, (1, 2, 37, 32), (1, 2, 41, 32))
+    q, k, v = bwd_inputs(device, (1, 2, 37, 32), (1, 2, 41, 32))
     _check(q, k, v, True, block_m=16, block_n=16, overlap=True)
     out, lse = kernel.flash_attn_fwd(q, k, v, False)
     with pytest.raises(ValueError, match="overlap=True needs dq_mode='pass'"):
@@ -162,7 +142,7 @@ def test_overlap_gives_the_same_bits_eagerly_and_in_a_cuda_graph(causal):
     the same inputs), also when the call is captured in a CUDA graph and replayed on fresh inputs;
     dq poisoned with NaN first, so a dQ pass that never ran, or ran before delta, shows up."""
     torch.manual_seed(29)
-    q, k, v = _inputs("cuda", (2, 4, 1031, 128), (2, 4, 777, 128), torch.bfloat16)
+    q, k, v = bwd_inputs("cuda", (2, 4, 1031, 128), (2, 4, 777, 128), torch.bfloat16)
     dout = torch.randn_like(q)
     out, lse = kernel.flash_attn_fwd(q, k, v, causal)
     config = dict(block_m=64, block_n=64, block_m_q=128, block_n_q=64, num_warps_q=8, num_stages_q=3)
@@ -201,7 +181,7 @@ GPU_MODES = [dict(dq_mode=m, tma=t) for m in ("pass", "atomic", "tma") for t in 
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_bf16_on_a_gpu_at_a_real_size(causal, mode, head_dim):
     torch.manual_seed(1)
-    q, k, v = _inputs("cuda", (2, 4, 1031, head_dim), (2, 4, 777, head_dim), torch.bfloat16)
+    q, k, v = bwd_inputs("cuda", (2, 4, 1031, head_dim), (2, 4, 777, head_dim), torch.bfloat16)
     _check(q, k, v, causal, block_m=64, block_n=64, num_warps=4, num_stages=2, **mode)
     _check(q, k, v, causal, block_m=32, block_n=128, num_warps=8, num_stages=3, persistent=1, **mode)
 
@@ -215,7 +195,7 @@ def test_the_default_config_at_every_short_length_on_a_gpu(n):
     torch.manual_seed(n)
     for causal in (False, True):
         for head_dim, n_k in ((64, n), (128, n + 3)):
-            q, k, v = _inputs("cuda", (1, 2, n, head_dim), (1, 2, n_k, head_dim), torch.bfloat16)
+            q, k, v = bwd_inputs("cuda", (1, 2, n, head_dim), (1, 2, n_k, head_dim), torch.bfloat16)
             _check(q, k, v, causal)
             _check(q, k, v, causal, config=kernel.default_bwd_config(head_dim, causal, lengths=(n, n_k)))
 
@@ -230,7 +210,7 @@ def test_the_tiled_pytorch_backward_matches_autograd(causal):
     dout = torch.randn_like(q)
     out, lse = kernel.attention_reference(q, k, v, causal)
     tiled = flash_attn_tiled_backward_reference(dout, q, k, v, out, lse.float(), causal, tile_q=16, tile_k=8)
-    for got, ref in zip(tiled, _reference(q, k, v, dout, causal)):
+    for got, ref in zip(tiled, reference_grads(q, k, v, dout, causal)):
         assert rel_err(got, ref) < 1e-5
 
 
@@ -261,9 +241,8 @@ def test_the_backward_cross_compiles_for_hopper_and_ada_without_a_gpu():
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(root)
     done = subprocess.run([sys.executable, "-c", CROSS_COMPILE], capture_output=True, text=True, env=env,
@@ -288,7 +267,7 @@ def test_lengths_of_one_where_dq_and_dk_are_exactly_zero(device, n_q, n_k, causa
     """One key: its softmax is constant, so dQ and dK are 0 and rounding alone is left; the
     gradient rule measures against a share of dV's scale there rather than dividing by 0."""
     torch.manual_seed(n_q * 31 + n_k)
-    _check(*_inputs(device, (1, 2, n_q, 32), (1, 2, n_k, 32)), causal, block_m=16, block_n=16)
+    _check(*bwd_inputs(device, (1, 2, n_q, 32), (1, 2, n_k, 32)), causal, block_m=16, block_n=16)
 
 
 PLANTED = '''
@@ -296,17 +275,17 @@ import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 import kernel
 assert kernel.__file__.startswith(sys.argv[2]), kernel.__file__
-from test_backward import _inputs, _reference, _torch_grads
+from grad_reference import bwd_inputs, reference_grads, torch_grads
 from kernel.reference import grad_accuracy
 verdicts = {}
 for name, (n_q, n_k) in {"study": (64, 64), "one-key": (3 * 32 + 1, 2 * 16 + 1)}.items():
     torch.manual_seed(5)
-    q, k, v = _inputs("cpu", (1, 2, n_q, 32), (1, 2, n_k, 32))
+    q, k, v = bwd_inputs("cpu", (1, 2, n_q, 32), (1, 2, n_k, 32))
     dout = torch.randn_like(q)
     out, lse = kernel.flash_attn_fwd(q, k, v, False)
     ours = kernel.flash_attn_bwd(dout, q, k, v, out, lse, False, block_m=16, block_n=16, block_m_q=32,
                                  block_n_q=16)
-    verdicts[name] = grad_accuracy(ours, _reference(q, k, v, dout, False), _torch_grads(q, k, v, dout, False),
+    verdicts[name] = grad_accuracy(ours, reference_grads(q, k, v, dout, False), torch_grads(q, k, v, dout, False),
                                    q.dtype).ok
 print(json.dumps(verdicts))
 '''
@@ -322,9 +301,8 @@ def test_the_gradient_rule_catches_an_off_by_one_in_the_dq_pass_last_tile(tmp_pa
     import shutil
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     shutil.copytree(root / "kernel", tmp_path / "kernel")
     planted_file = tmp_path / "kernel" / "triton" / "bwd.py"
     source = planted_file.read_text()

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from conftest import ROOT
 
 from benchmarks import race
 from tuner import budget
 from tuner.gpus import GpuSpec
 from tuner.study import load
 
-STUDIES = Path(__file__).resolve().parent.parent / "studies"
+STUDIES = ROOT / "studies"
 
 
 def test_the_lists_are_200_and_48_configs_on_an_h200_half_of_them_tma():
