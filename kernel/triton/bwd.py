@@ -27,7 +27,7 @@ and P^T dO terms vanish too. Only tiles on the causal diagonal mask scores, and 
 the ragged last tiles mask their loads. Conventions are the forward's: ``[B, H, N, D]``
 or ``[B, N, D]``, causal is top-left (key ``j`` is seen by query ``i`` when ``j <= i``),
 and a row with no valid key (only when N_k == 0) gets zero gradients, never NaN.
-Copy it with ``flash_fwd.py``, ``bwd_launch.py`` (launcher, plans) and ``autograd.py`` (the op).
+Copy it with ``fwd.py``, ``bwd_launch.py`` (launcher, plans) and ``kernel/autograd.py`` (the op).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """FlashAttention-2 forward in Triton: one program per (query tile, batch x head).
 
 Read top to bottom: the kernel, the description of its arguments that the launcher and
-the tuner's cross-compiler share (with the knob table), the config checks, the defaults, and
-the entry point, which keeps a launch plan per input layout (:mod:`kernel.triton.launch`), so a
-repeated call costs little more than the launch itself. The autograd op, with the backward,
-is in ``flash_bwd.py``. Nothing here imports ``tuner``: copy the ``kernel`` package.
+the tuner's cross-compiler share (with the knob table), the config checks, and the plan cache
+(:func:`plan_for`), which keeps a launch plan per input layout (:mod:`kernel.triton.launch`), so a
+repeated call costs little more than the launch itself. The entry point is
+:func:`kernel.flash_attn_fwd` (``kernel/forward.py``), the defaults ``defaults.py``. The autograd op, with the backward,
+is in ``kernel/autograd.py``, the backward in ``bwd.py``. Nothing here imports ``tuner``: copy the
+``kernel`` package.
 
 Conventions:
     * ``q``: [B, H, N_q, D] or [B, N_q, D]; ``k``, ``v``: [B, H, N_k, D] or [B, N_k, D].

@@ -1,4 +1,4 @@
-"""The warp-specialized Gluon backward for Hopper: device code (launcher: ``flash_bwd_gluon.py``).
+"""The warp-specialized Gluon backward for Hopper: device code (launcher: ``launch.py``).
 
 A program owns key tiles (tile pid, pid + programs, ...; one per program unless persistent) of
 ``BLOCK_N = 64 * CONSUMERS`` keys and walks the query tiles of ``BLOCK_M`` rows that see them.

@@ -1,17 +1,18 @@
 """The warp-specialized FlashAttention backward for Hopper in Gluon: checks and launcher.
 
-The device code is in ``flash_bwd_gluon_kernel.py`` (a TMA producer warp, one consumer
+The device code is in ``kernel.py`` and ``producer.py`` (a TMA producer warp, one consumer
 warpgroup holding dK and dV, 5 matmuls per tile pair, dQ by TMA reduce-add into fp32), the
-knobs in ``gluon_bwd_config.py``, the cross-compiler in ``gluon_bwd_compile.py``.
+knobs in ``config.py``, the cross-compiler in ``compile.py`` (this folder, :mod:`kernel.gluon.bwd`).
 
 A call runs three kernels: ``kernel.triton.bwd``'s preprocess (delta = rowsum(dO * O), the
 fp32 dQ accumulator zeroed), the Gluon kernel, and ``kernel.triton.bwd``'s dQ conversion
 (scale and cast); a launch plan per call signature launches them without the JITs after the
-first call (``gluon_bwd_launch.py``). The contract is ``kernel.flash_attn_bwd``'s for [B, H, N, D] tensors:
+first call (``plan.py``). The contract is ``kernel.flash_attn_bwd``'s for [B, H, N, D] tensors:
 bf16 or fp16, D 64 or 128, any N_q, N_k >= 0, causal top-left aligned, ``lse`` the forward's
-(natural log); on CUDA sm_90 under Triton 3.6 only (:class:`GluonUnavailable` elsewhere).
-A default call of ``kernel.flash_attn_bwd`` (and so ``flash_attention``'s backward) runs it where
-``kernel.triton.defaults.GLUON_BWD_ROUTES`` says; the tuner sweeps it as the kernel ``gluon_bwd``.
+(natural log); on CUDA sm_90, under a Triton whose Gluon has what it uses (:mod:`kernel.gluon.api`;
+:class:`GluonUnavailable` elsewhere). A default call of ``kernel.flash_attn_bwd`` (and so
+``flash_attention``'s backward) runs it where :mod:`kernel.route` says; the tuner sweeps it as the
+kernel ``gluon_bwd``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """FlashAttention forward for Hopper (sm_90) in Gluon: TMA, mbarriers and async wgmma, by hand.
 
-Read top to bottom: the version gate, the single-partition kernel, the arguments of a launch
-(:func:`launch_arguments`), the checks of a first call (:func:`checked_plan`), the plan cache
-(:func:`plan_for`) and the launcher :func:`flash_attn_fwd_gluon`. Elsewhere: the launch plan,
-which launches the compiled kernel without the JIT, in ``gluon_launch.py``; the
-warp-specialized kernel in ``flash_fwd_gluon_ws.py``, the device code both
-kernels share in ``gluon_attention.py``, the knobs (:class:`GluonConfig`), defaults and the
-shared-memory model in ``gluon_config.py``, the cross-compiler in ``gluon_compile.py``.
+This file is the single-partition kernel. Beside it (:mod:`kernel.gluon.fwd`): the launcher
+(``launch.py``: the arguments of a launch, the checks of a first call, the plan cache and
+:func:`~kernel.gluon.fwd.launch.flash_attn_fwd_gluon`), the launch plan that launches the compiled
+kernel without the JIT (``plan.py``), the warp-specialized kernel (``kernel_ws.py``), the knobs,
+defaults and shared-memory model (``config.py``), the cross-compiler (``compile.py``); the device
+code both kernels share is :mod:`kernel.gluon.attention`.
 
 The contract is ``kernel.triton.fwd.flash_attn_fwd``'s: ``q`` [B, H, N_q, D] or [B, N_q, D],
 ``k``/``v`` [B, H, N_k, D] or [B, N_k, D]; any N_q, N_k >= 0; causal top-left aligned (key j

@@ -49,7 +49,7 @@ def _descriptor(name: str, t4: torch.Tensor, rows: int):
 def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool, split: tuple | None = None):
     """(kernel, positional arguments, constexprs, options) of a launch on [B, H, N, D] views.
 
-    The launcher and the cross-compiler (``gluon_compile``, with stand-in tensors) both use this.
+    The launcher and the cross-compiler (``compile.py``, with stand-in tensors) both use this.
     ``split``: the ws kernel's ``(TAIL, SPLITS, WS_O, WS_L)`` (:mod:`kernel.gluon.fwd.split`); None
     splits nothing (``TAIL`` = every tile, the workspaces stand-ins never written).
     """
