@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
+
+
+def first_line(exc: BaseException, width: int = 160) -> str:
+    """A failure as a table note: its type and its last non-empty line (where Python and Triton put
+    the message), at most ``width`` characters."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:width]
+
+
+def settle() -> None:
+    """Let a failed call's work finish; after a device fault the context is gone and every later
+    call fails too, each reported the same way, but the run still ends with its table."""
+    import torch
+
+    with contextlib.suppress(Exception):   # the fault was reported with the call that caused it
+        torch.cuda.synchronize()
 
 
 def write_report(markdown: str | None, text: str, json_path: str | None = None, payload: object = None,

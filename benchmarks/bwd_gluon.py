@@ -26,13 +26,12 @@ TFLOP/s counts 2.5x the forward's FLOPs. Exits 2 without a GPU.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 
 import torch
 
-from benchmarks._report import write_report
+from benchmarks._report import first_line, settle, write_report
 
 SHAPE = dict(batch=4, heads=8, n=4096)
 DEFAULT_KNOBS = ["", "num_stages=3", "dq_bufs=1", "persistent=1", "consumer_regs=240", "block_m=128,consumer_regs=256",
@@ -50,11 +49,6 @@ SMOKE_CASES = [
 ]
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:300]
-
-
 def parse_knobs(text: str) -> dict:
     """``"block_m=128,num_stages=1"`` -> {"block_m": 128, "num_stages": 1} (ints)."""
     knobs = {}
@@ -62,11 +56,6 @@ def parse_knobs(text: str) -> dict:
         name, _, value = item.partition("=")
         knobs[name.strip()] = int(value)
     return knobs
-
-
-def _settle() -> None:
-    with contextlib.suppress(Exception):   # a fault was reported with the call that caused it
-        torch.cuda.synchronize()
 
 
 def smoke(extra: dict) -> int:
@@ -88,8 +77,8 @@ def smoke(extra: dict) -> int:
             verdict, _ = check_gluon_bwd(q, k, v, dout, causal, knobs)
             case.update(ok=verdict.ok, reason=verdict.reason)
         except Exception as exc:  # reported: the caller decides
-            case.update(ok=False, reason=_first_line(exc))
-            _settle()
+            case.update(ok=False, reason=first_line(exc, 300))
+            settle()
         failed += not case["ok"]
         print(json.dumps(case), flush=True)
     return int(failed > 0)
@@ -129,8 +118,8 @@ def _try_knobs(sets, causal: bool, text: str, refs) -> tuple[dict, list | None]:
             return entry, None
         return entry, _gluon_calls(sets, causal, knobs)
     except Exception as exc:  # noqa: BLE001 (a knob set the compiler or launcher refuses is a result)
-        entry["failed"] = _first_line(exc)
-        _settle()
+        entry["failed"] = first_line(exc, 300)
+        settle()
     return entry, None
 
 
@@ -153,8 +142,8 @@ def _candidates(sets, problem, causal: bool) -> tuple[dict, dict, dict]:
             calls[name][0]()
         except Exception as exc:  # noqa: BLE001
             calls.pop(name, None)
-            notes[f"{name}_failed"] = _first_line(exc)
-            _settle()
+            notes[f"{name}_failed"] = first_line(exc, 300)
+            settle()
     return calls, pins, notes
 
 

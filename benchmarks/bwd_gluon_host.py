@@ -27,13 +27,10 @@ import contextlib
 
 import torch
 
+from benchmarks._report import first_line
+
 SHAPE = dict(batch=4, heads=8)
 PATHS = ("triton", "default", "gluon_jit", "gluon_plan", "gluon_plan_given", "flash", "cudnn")
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:160]
 
 
 def _calls(s: dict, causal: bool) -> dict:
@@ -76,13 +73,13 @@ def host_row(n: int, head_dim: int, causal: bool) -> dict:
         row["agrees"] = _agree(calls["gluon_plan"](), ref) and _agree(calls["gluon_plan"](), ref)
         torch.cuda.synchronize()
     except Exception as exc:  # reported: the Triton and SDPA rows still run
-        row["notes"]["gluon"] = _first_line(exc)
+        row["notes"]["gluon"] = first_line(exc)
     pins = {}
     for name, call in list(calls.items()):
         try:
             call()
         except Exception as exc:  # one path failing leaves the others
-            row["notes"][name] = _first_line(exc)
+            row["notes"][name] = first_line(exc)
             del calls[name]
     for backend, (pin, sdpa_calls) in BACKWARD.baselines([s], problem).items():
         if runs((pin, sdpa_calls)):

@@ -24,13 +24,12 @@ on. Exits 2 without a GPU.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from dataclasses import asdict
 
 import torch
 
-from benchmarks._report import write_report
+from benchmarks._report import first_line, settle, write_report
 from kernel.gluon.api import gluon_support
 from kernel.gluon.fwd.config import VARIANTS, default_gluon_config
 from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
@@ -66,11 +65,6 @@ ONLY_AT = {name: (64,) for name in CANDIDATES if name.startswith("ws-192")}
 def runs_at(name: str, head_dim: int) -> bool:
     """Whether candidate ``name`` is timed (and smoke-tested) at ``head_dim``."""
     return head_dim in ONLY_AT.get(name, (head_dim,))
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:200]
 
 
 def check_against_sdpa(out, lse, reference) -> str | None:
@@ -147,17 +141,10 @@ def smoke(name: str) -> int:
             result = accuracy(out, lse, q, k, v, causal)
             case.update(ok=result.ok, reason=result.reason)
         except Exception as exc:  # reported: the caller decides
-            case.update(ok=False, reason=_first_line(exc))
+            case.update(ok=False, reason=first_line(exc, 200))
         failed += not case["ok"]
         print(json.dumps(case), flush=True)
     return int(failed > 0)
-
-
-def _settle() -> None:
-    """Let a failed call's work finish; after a device fault the context is gone and every later
-    call fails too, each reported the same way, but the run still ends with its table."""
-    with contextlib.suppress(Exception):   # the fault was reported with the call that caused it
-        torch.cuda.synchronize()
 
 
 def make_sets(batch: int, heads: int, n: int, head_dim: int, dtype) -> list[tuple]:
@@ -191,7 +178,7 @@ def _baselines(row: dict, sets: list[tuple], head_dim: int, causal: bool) -> dic
             calls[name][0]()
         except Exception as exc:  # noted in the table
             calls.pop(name, None)
-            row["notes"][name] = _first_line(exc)
+            row["notes"][name] = first_line(exc, 200)
     return calls
 
 
@@ -241,8 +228,8 @@ def bench_case(head_dim: int, causal: bool, variants, dtype=torch.bfloat16, shap
                 raise AssertionError(wrong)
             calls[name] = [lambda s=s, call=call: call(s) for s in sets]
         except Exception as exc:  # reported and skipped: the other variants still run
-            _settle()
-            row["notes"][name] = _first_line(exc)
+            settle()
+            row["notes"][name] = first_line(exc, 200)
             print(f"  D={head_dim} causal={causal} {name}: skipped, {row['notes'][name]}", file=sys.stderr)
     # kernel.measure.retime: the shape's candidates in the same rounds, each paired with SDPA-cuDNN in its windows
     row["ms"], row["vs_cudnn"] = paired_together(calls, pins, "sdpa_cudnn")

@@ -32,14 +32,11 @@ import sys
 
 import torch
 
+from benchmarks._report import first_line
+
 SHAPE = dict(batch=4, heads=8)
 LENGTHS = (512,)
 PATHS = ("triton", "default", "routed", "gluon_jit", "gluon_plan", "gluon_rebuilt")
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:160]
 
 
 def _input_set(n: int, head_dim: int) -> tuple:
@@ -100,7 +97,7 @@ def _host(row: dict, name: str, call, s: tuple, reference) -> None:
             row["bit_equal"][name] = bool(torch.equal(out, reference[0]) and torch.equal(lse, reference[1]))
         row["host_us"][name] = host_us(call)
     except Exception as exc:  # reported: one path failing leaves the others
-        row["notes"][name] = _first_line(exc)
+        row["notes"][name] = first_line(exc)
 
 
 def _gpu_ms(row: dict, n: int, head_dim: int, causal: bool, variant: str) -> None:
@@ -117,7 +114,7 @@ def _gpu_ms(row: dict, n: int, head_dim: int, causal: bool, variant: str) -> Non
         try:
             row["gpu_ms"][name] = gpu_time([lambda s=s, call=call: call(s) for s in sets]).ms
         except Exception as exc:  # reported, as above
-            row["notes"][f"gpu {name}"] = _first_line(exc)
+            row["notes"][f"gpu {name}"] = first_line(exc)
 
 
 def host_row(n: int, head_dim: int, causal: bool) -> dict:
@@ -135,7 +132,7 @@ def host_row(n: int, head_dim: int, causal: bool) -> dict:
     try:
         reference = _output_of(calls["gluon_jit"], s)
     except Exception as exc:  # the JIT path failing: the Gluon rows are reported unchecked
-        row["notes"]["gluon_jit"] = _first_line(exc)
+        row["notes"]["gluon_jit"] = first_line(exc)
     for name in PATHS:
         if name == "routed":
             if not routes:

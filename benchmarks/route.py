@@ -18,28 +18,18 @@ report (every ratio, and the route each shape took).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shlex
 import sys
 
 import torch
 
-from benchmarks._report import write_report
+from benchmarks._report import first_line, settle, write_report
 
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 BATCH_HEADS = ((4, 8), (16, 16))                 # B x H: 32 and 256 programs' worth of heads
 HEAD_DIMS = (64, 128)
 OURS = {"fwd": ("triton", "ws"), "bwd": ("triton", "gluon")}
 ROUND_OFF = 0.01          # a candidate within 1% of the other is a tie: the table keeps the Triton kernel
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-
-
-def _settle() -> None:
-    with contextlib.suppress(Exception):
-        torch.cuda.synchronize()
 
 
 def forward_calls(batch: int, heads: int, n: int, head_dim: int, causal: bool) -> tuple[dict, dict]:
@@ -91,8 +81,8 @@ def measure(pass_: str, batch: int, heads: int, n: int, head_dim: int, causal: b
     try:
         calls, pins = (forward_calls if pass_ == "fwd" else backward_calls)(batch, heads, n, head_dim, causal)
     except Exception as exc:  # noqa: BLE001 (a shape that cannot be set up is a row with its reason)
-        row["notes"]["setup"] = _first_line(exc)
-        _settle()
+        row["notes"]["setup"] = first_line(exc)
+        settle()
         return row
     for name in [name for name in calls if name not in pins]:
         try:
@@ -100,8 +90,8 @@ def measure(pass_: str, batch: int, heads: int, n: int, head_dim: int, causal: b
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 (a candidate that fails is noted, the others timed)
             calls.pop(name)
-            row["notes"][name] = _first_line(exc)
-            _settle()
+            row["notes"][name] = first_line(exc)
+            settle()
     row["ms"], row["vs_cudnn"] = paired_together(calls, pins, "cudnn")
     timed = {name: row["vs_cudnn"].get(name) for name in OURS[pass_] if row["vs_cudnn"].get(name)}
     row["winner"] = winner(timed)
