@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from kernel.route import gluon_plan
-from kernel.triton.fwd import JIT_KERNEL, KNOB_DEFAULTS, plan_for
+from kernel.triton.fwd import JIT_KERNEL, plan_for
 
 __all__ = ["flash_attn_fwd"]
 
@@ -52,6 +52,4 @@ def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         TypeError, ValueError: a bad input or config; the message names it.
     """
     config = (block_m, block_n, num_warps, num_stages, tma, warp_specialize, maxnreg, persistent)
-    default = (*config[:6], maxnreg or None, persistent) == KNOB_DEFAULTS    # maxnreg 0 is no cap, as None
-    route = gluon_plan if default else None       # no tile named, no knob set: the route decides
-    return plan_for(JIT_KERNEL, config, q, k, v, causal, out, lse, route)(q, k, v, out, lse)
+    return plan_for(JIT_KERNEL, config, q, k, v, causal, out, lse, gluon_plan)(q, k, v, out, lse)

@@ -32,6 +32,7 @@ from dataclasses import asdict
 
 import torch
 
+import kernel.route_table as route_table
 from kernel.arch import capability_of, interpreting
 from kernel.gluon.bwd.config import GLUON_BWD_DEFAULTS, GluonBwdConfig
 from kernel.gluon.checks import check_outputs, check_shapes, tma_strides
@@ -157,8 +158,6 @@ def measured_kernel(pass_: str, q, k, causal: bool, table=None) -> str | None:
     or the Gluon kernel's name), or None where it measured nothing of this head dim and mask (the
     tables above decide alone then). Nearest: in log2 of the length (N_k), then of batch x heads,
     ties to the smaller bucket."""
-    from kernel import route_table
-
     table = table if table is not None else (route_table.FORWARD if pass_ == "fwd" else route_table.BACKWARD)
     head_dim, n = q.shape[-1], max(k.shape[-2], 1)
     batch_heads = max(q.numel() // max(q.shape[-1] * q.shape[-2], 1), 1)

@@ -100,9 +100,8 @@ def _tma_misfit(tensors) -> str | None:
     return tma_misfit(tensors, "tma", TMA_FIX)
 
 
-def _check_tma(config: BwdConfig, tensors) -> None:
-    q = tensors[0][1]
-    if config.dq_mode == "tma" and (interpreting() or not getattr(q, "is_cuda", False)):
+def _check_tma(config: BwdConfig, q, tensors) -> None:
+    if config.dq_mode == "tma" and (interpreting() or not q.is_cuda):
         # The interpreter has no TMA reduce (create_descriptor_reduce): it would fail deep inside Triton.
         raise ValueError("dq_mode='tma' (dQ by TMA reduce-add) needs a CUDA GPU with TMA (sm_90 or later), "
                          "not the interpreter; use dq_mode='pass' or 'atomic'")
@@ -125,7 +124,7 @@ def check_bwd_inputs(dout, q, k, v, out, lse, causal: bool, config: BwdConfig) -
     if lse.device != q.device:
         raise ValueError(f"lse is on {lse.device}, q on {q.device}; they must share a device")
     config = check_bwd_config(config)
-    _check_tma(config, (("q", q), ("k", k), ("v", v), ("dout", dout)))
+    _check_tma(config, q, (("q", q), ("k", k), ("v", v), ("dout", dout)))
     return config
 
 

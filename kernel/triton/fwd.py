@@ -318,12 +318,15 @@ def plan_for(kernel, config: tuple | None, q, k, v, causal=False, out=None, lse=
 
     ``config`` is (block_m, block_n, num_warps, num_stages[, tma, warp_specialize, maxnreg, persistent]);
     missing knobs take their defaults, maxnreg 0 is None (no cap, as in study files). None: an autotuner picks.
-    ``route``: asked on first sight for another kernel's plan (:func:`kernel.route.gluon_plan`); its
-    plans are kept under a key of their own, so a routed and an unrouted call never share one.
+    ``route``: asked on first sight for another kernel's plan (:func:`kernel.route.gluon_plan`) where the
+    call names no tile and sets no knob; its plans are kept under a key of their own, so a routed and an
+    unrouted call never share one.
     """
     if config is not None:
         config = (*config, *KNOB_DEFAULTS[len(config):])
         config = (*config[:6], register_cap(config[6]), *config[7:])
+    if config != KNOB_DEFAULTS:
+        route = None
     try:
         key = plan_key(kernel, q, k, v, causal, config if route is None else (DEFAULT_CALL, config), out, lse)
     except (AttributeError, TypeError):       # not tensors: the checks say what is wrong
