@@ -80,7 +80,6 @@ def _spec(name, card, sms, tflops, bandwidth, source):
                    source=source)
 
 
-KB = 1024
 # Per-architecture limits [cccl][cutlass]; the card on each row is the default for that target.
 _TARGETS = {
     "sm_80": _spec("sm_80", "a100", 108, 312.0, 2039.0, "[cccl] [ds] A100 SXM 80GB"),
