@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import time
 import traceback
@@ -40,7 +39,7 @@ from tuner.gate import GateShape, finite
 from tuner.kernels import Case, GateResult
 from tuner.outcome import NamedError, ShapeOutcome, TrialOutcome, WorkerFailed
 from tuner.problem import Problem
-from tuner.spawn import spawn_worker, visible_device
+from tuner.spawn import ignore_interrupts, spawn_worker, visible_device
 from tuner.status import Status
 
 # Test hook: "KEY:FAULT,..." makes the worker misbehave on those configs (FAULT one of crash,
@@ -230,7 +229,7 @@ def _serve(conn, kernel_name: tuple[str, str], shapes, timing, device) -> None:
     # Ctrl-C reaches the whole process group: the sweep decides (the trial in flight finishes), the worker
     # goes on. A failing JIT compile's pages (Triton prints ptxas's reproducer to stdout) go to the
     # compile log; stderr stays the sweep's, for a crash's last words.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_interrupts()
     quiet_compiler_pages((1,))
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"

@@ -22,7 +22,8 @@ import os
 import signal
 import threading
 
-__all__ = ["EARLY_ENV", "spawn_worker", "start_early", "start_early_for_sweep", "visible_device"]
+__all__ = ["EARLY_ENV", "ignore_interrupts", "sigint_blocked", "spawn_worker", "start_early", "start_early_for_sweep",
+           "visible_device"]
 
 _LOCK = threading.Lock()            # the environment a worker inherits is set around its start
 _EARLY: dict = {}                   # pin -> (process, conn): begun early, not yet handed its work
@@ -55,11 +56,38 @@ def _pinned(pin: str | None):
             os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
 
+@contextlib.contextmanager
+def sigint_blocked():
+    """SIGINT held back in this thread while a child process is spawned: the child begins with it
+    blocked (a signal mask survives fork and exec), so a Ctrl-C sent to the whole process group while
+    the child still imports (a spawned process imports the main module again: seconds) stays pending
+    in it, instead of ending it with a KeyboardInterrupt traceback. The child then ignores it and
+    unblocks (:func:`ignore_interrupts`), which drops the pending one. The parent's other threads
+    still take the signal meanwhile, and Python hands it to the main thread as always."""
+    if not hasattr(signal, "pthread_sigmask"):       # not on Windows: nothing to hold back
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def ignore_interrupts() -> None:
+    """A child's first statement: Ctrl-C is the sweep's to handle (the trial in flight finishes, then
+    the sweep closes its workers), so the child ignores it, and drops the one it may have been sent
+    while it started (:func:`sigint_blocked`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _start(target, args: tuple, pin: str | None):
     context = multiprocessing.get_context("spawn")       # never fork a process that may hold CUDA
     conn, child = context.Pipe()
     process = context.Process(target=target, args=(child, *args), daemon=True, name="fa2-tuner-worker")
-    with _LOCK, _pinned(pin):
+    with _LOCK, _pinned(pin), sigint_blocked():
         process.start()
     child.close()
     return process, conn
@@ -94,7 +122,7 @@ def start_early(pin: str | None, warm_cuda: bool = True) -> None:
 
 
 def _serve_when_told(conn, warm_cuda: bool) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)      # as the worker's own loop: the sweep decides on Ctrl-C
+    ignore_interrupts()      # as the worker's own loop: the sweep decides on Ctrl-C
     if warm_cuda:
         with contextlib.suppress(Exception):          # a failure shows again, and is reported, at the worker's start
             import torch

@@ -83,3 +83,17 @@ def test_a_cpu_sweep_runs_on_the_process_begun_early(tiny, tmp_path, sweep_args,
     assert sweep.main(sweep_args(tiny, db, "--sampler", "grid", "--finalists", "0")) == 0
     assert None not in spawn._EARLY and not early.is_alive()        # taken, then closed with the sweep
     assert query(db, "select count(*) from fa2_results where status = 'timed'")[0][0] > 0
+
+
+def test_a_ctrl_c_while_the_early_process_starts_leaves_it_waiting_for_its_work():
+    """The sweep's Ctrl-C reaches its process group, the early worker's process too, maybe while it still
+    imports: it must go on and serve the worker (the sweep decides what a Ctrl-C does)."""
+    import os
+    import signal
+
+    spawn.start_early(None, warm_cuda=False)
+    early = spawn._EARLY[None][0]
+    os.kill(early.pid, signal.SIGINT)           # at once: the process is still importing
+    with GpuWorker(SHAPES, (1, 1), timeout_s=60, device="cpu") as worker:
+        assert worker.trial(Config(16, 16, 1, 1)).status == Status.TIMED
+        assert worker.process is early

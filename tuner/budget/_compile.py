@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from typing import Any
 
 from tuner.budget._cache import CacheError, cache_dir, settle_caches
 from tuner.problem import Problem
+from tuner.spawn import ignore_interrupts
 
 MAX_ERROR_CHARS = 8000     # a compile error kept this long in the store (ptxas's lines, the repro command)
 
@@ -280,7 +280,7 @@ def worker_init() -> None:
     a compiler on every core but two, the sweep's own process (Optuna, the store, each trial's
     hand-off) and the GPU worker (each launch) waited for a core and left the GPU idle (the trace,
     docs/results/2026-12-01-h200-tuner-speed.md, round 4)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C is the sweep's to handle; it closes the pool
+    ignore_interrupts()    # Ctrl-C is the sweep's to handle; it closes the pool
     with contextlib.suppress(OSError, AttributeError):
         os.nice(COMPILE_NICENESS)
     quiet_compiler_pages()

@@ -26,6 +26,7 @@ from tuner.budget._compile import (
     without_interpreter,
     worker_init,
 )
+from tuner.spawn import sigint_blocked
 from tuner.trace import TIMELINE
 
 __all__ = ["CompilePool", "compile_many"]
@@ -64,7 +65,7 @@ class CompilePool:
         takes seconds to import Triton (3.6 s for one worker on the loaded 2-core CPU of
         docs/results/2026-12-01-compile.md), which otherwise falls on the first batch's compiles."""
         executor = self._ensure_executor()
-        with without_interpreter():
+        with without_interpreter(), sigint_blocked():       # a process is spawned by each submit
             for _ in range(self.jobs):
                 executor.submit(import_compiler)
 
@@ -97,7 +98,7 @@ class CompilePool:
                     continue
                 self._busy += 1
                 lane = self._lanes.pop() if self._lanes else self._busy
-            with without_interpreter():           # workers are spawned inside submit, as they are needed
+            with without_interpreter(), sigint_blocked():     # workers are spawned inside submit, as they are needed
                 running = self._ensure_executor().submit(_compile.compile_config, task)
             running.add_done_callback(partial(self._finished, done, (lane, time.perf_counter(), task)))
 

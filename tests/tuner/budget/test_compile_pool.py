@@ -116,3 +116,23 @@ def test_a_compiler_killed_by_a_signal_is_no_verdict_compiled_again_and_never_ca
     assert _compile.cached_info(task).shared_bytes == 4096
     crashed = _compile.CompileInfo(error="PTXASError: ptxas failed with error code 255")
     assert not _compile.killed(crashed)                # the compiler's own refusal is a verdict
+
+
+def test_a_ctrl_c_while_a_compile_worker_starts_leaves_it_running():
+    """A terminal's Ctrl-C reaches the whole process group, the pool's processes too, maybe while they still
+    import (seconds, for a spawned process): each must go on, not end in a KeyboardInterrupt traceback (the
+    pool would break). The signal is sent to each process the moment it exists, before its imports."""
+    import os
+    import signal
+
+    pool = CompilePool(jobs=2)
+    try:
+        pool.start()
+        processes = list(pool._executor._processes.values())
+        assert len(processes) == 2
+        for process in processes:
+            os.kill(process.pid, signal.SIGINT)
+        pids = {pool._executor.submit(os.getpid).result(timeout=120) for _ in range(6)}
+        assert pids <= {p.pid for p in processes} and all(p.is_alive() for p in processes)
+    finally:
+        pool.close()
