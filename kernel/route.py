@@ -10,7 +10,8 @@ One rule per pass, each a table, built the same way:
 
 Within a (head dim, causal) pair the tables route, :mod:`kernel.route_table` decides by the call's
 length and batch x heads: the faster of the Triton and the Gluon kernel there, as measured on the GPU
-it names (:func:`measured_kernel`; ``python -m benchmarks.route --table`` writes it for yours).
+it names (:func:`measured_kernel`; ``python -m benchmarks.route --table FILE`` writes it for yours, and
+``FA2_TUNER_ROUTE_TABLE=FILE`` makes the default call read that file instead: :func:`measured_tables`).
 
 Where the call's device and the installed Triton can run Gluon (:mod:`kernel.gluon.api`:
 :func:`route_reason`), for inputs the Gluon launcher takes as they are
@@ -27,7 +28,10 @@ The Triton code never imports Gluon.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
+import os
 from dataclasses import asdict
 
 import torch
@@ -36,10 +40,11 @@ import kernel.route_table as route_table
 from kernel.arch import capability_of, interpreting
 from kernel.gluon.bwd.config import GLUON_BWD_DEFAULTS, GluonBwdConfig
 from kernel.gluon.checks import check_outputs, check_shapes, tma_strides
+from kernel.gluon.fwd.config import VARIANTS
 
 __all__ = ["GLUON_BWD_ROUTES", "GLUON_ROUTES", "ROUTE_MIN_FLOPS", "GluonBwdRoute", "GluonPlan", "attention_work",
-           "backward_route_reason", "bwd_refusal", "default_variant", "gluon_bwd_plan", "gluon_plan", "measured_kernel",
-           "refusal", "route_reason"]
+           "ROUTE_TABLE_ENV", "backward_route_reason", "bwd_refusal", "default_variant", "gluon_bwd_plan", "gluon_plan",
+           "measured_kernel", "measured_tables", "refusal", "route_reason"]
 
 # (head dim, causal) -> the Gluon variant a default call runs on sm_90 with Triton 3.6; a pair not
 # here runs the Triton kernel. On the H200 (bf16, B4 H8 N4096, docs/results/2026-12-01-h200-gluon.md)
@@ -153,12 +158,58 @@ def gluon_plan(q, k, v, causal, out=None, lse=None) -> GluonPlan | None:
     return GluonPlan(variant, bool(causal))
 
 
+# A route table of the user's own (``python -m benchmarks.route --table FILE`` on their GPU), read by the
+# default call instead of the committed kernel/route_table.py: an installed package need not be edited.
+ROUTE_TABLE_ENV = "FA2_TUNER_ROUTE_TABLE"
+_KERNELS = {"FORWARD": ("triton", *VARIANTS), "BACKWARD": ("triton", "gluon")}
+
+
+def measured_tables() -> tuple[dict, dict]:
+    """(FORWARD, BACKWARD) of the measured route: the file :data:`ROUTE_TABLE_ENV` names, where set, else
+    :mod:`kernel.route_table`. A file that is not a route table is an error naming it and the variable."""
+    path = os.environ.get(ROUTE_TABLE_ENV, "")
+    if not path:
+        return route_table.FORWARD, route_table.BACKWARD
+    stat = os.stat(path) if os.path.isfile(path) else None
+    return _load_tables(os.path.abspath(path), stat and (stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_tables(path: str, version) -> tuple[dict, dict]:
+    """The tables of the route-table file at ``path`` (read again when it changes: ``version``)."""
+    where = f"{ROUTE_TABLE_ENV}={path}"
+    if version is None:
+        raise ValueError(f"{where}: no such file; write one with `python -m benchmarks.route --table {path}`, "
+                         f"or unset {ROUTE_TABLE_ENV} for the committed table")
+    spec = importlib.util.spec_from_file_location("_fa2_user_route_table", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ValueError(f"{where} is not a route table: it fails to load ({type(exc).__name__}: {exc})") from None
+    return tuple(_checked_table(module, name, where) for name in ("FORWARD", "BACKWARD"))
+
+
+def _checked_table(module, name: str, where: str) -> dict:
+    table = getattr(module, name, None)
+    if not isinstance(table, dict):
+        raise ValueError(f"{where} is not a route table: it defines no {name} dict "
+                         "(`python -m benchmarks.route --table FILE` writes one)")
+    for key, kernel_name in table.items():
+        shape_ok = (isinstance(key, tuple) and len(key) == 4 and isinstance(key[1], bool)
+                    and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (key[0], *key[2:])))
+        if not shape_ok or kernel_name not in _KERNELS[name]:
+            raise ValueError(f"{where}: {name}[{key!r}] = {kernel_name!r}; keys are (head dim, causal, length, "
+                             f"batch x heads), kernels one of {', '.join(_KERNELS[name])}")
+    return table
+
+
 def measured_kernel(pass_: str, q, k, causal: bool, table=None) -> str | None:
     """The kernel :mod:`kernel.route_table` measured fastest at the bucket nearest this call ("triton",
     or the Gluon kernel's name), or None where it measured nothing of this head dim and mask (the
     tables above decide alone then). Nearest: in log2 of the length (N_k), then of batch x heads,
     ties to the smaller bucket."""
-    table = table if table is not None else (route_table.FORWARD if pass_ == "fwd" else route_table.BACKWARD)
+    table = table if table is not None else measured_tables()[0 if pass_ == "fwd" else 1]
     head_dim, n = q.shape[-1], max(k.shape[-2], 1)
     batch_heads = max(q.numel() // max(q.shape[-1] * q.shape[-2], 1), 1)
     buckets = [(length, bh) for (d, c, length, bh) in table if d == head_dim and c == bool(causal)]

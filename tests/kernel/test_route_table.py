@@ -15,6 +15,7 @@ import kernel.gluon.fwd.launch as gluon_fwd
 import kernel.route as route
 import kernel.route_table as route_table
 from benchmarks.route import table_source, winner
+from kernel.triton.launch import PLANS
 
 KERNELS = {"fwd": {"triton", "ws", "pipelined"}, "bwd": {"triton", "gluon"}}
 
@@ -56,8 +57,10 @@ def test_a_head_dim_or_mask_the_table_lacks_is_left_to_the_typed_tables():
 
 @pytest.fixture
 def hopper(monkeypatch):
-    """Every device routes; the Gluon plans record their calls instead of launching."""
+    """Every device routes; the Gluon plans record their calls instead of launching. The launch plans
+    are cleared before and after: a plan keeps its layout's route (and a recording closure)."""
     calls = []
+    PLANS.clear()
 
     def fwd_plan(q, k, v, causal, variant, knobs, out=None, lse=None):
         return lambda q, k, v, out=None, lse=None: calls.append(("fwd", variant)) or (torch.zeros_like(q),
@@ -71,7 +74,8 @@ def hopper(monkeypatch):
     monkeypatch.setattr(route, "backward_route_reason", lambda device: None)
     monkeypatch.setattr(gluon_fwd, "checked_plan", fwd_plan)
     monkeypatch.setattr(gluon_bwd, "checked_plan", bwd_plan)
-    return calls
+    yield calls
+    PLANS.clear()
 
 
 @pytest.mark.parametrize("n, gluon", [(256, True), (4096, False)])
@@ -102,3 +106,67 @@ def test_the_winner_is_the_faster_of_ours_and_a_tie_keeps_triton():
     assert winner(dict(triton=0.80, ws=0.805)) == "triton"      # within 1%: noise
     assert winner(dict(triton=0.80, gluon=0.70)) == "triton"
     assert winner(dict(gluon=0.7)) == "gluon" and winner({}) is None
+
+
+def _user_table(tmp_path, forward: str, backward: str = "{}"):
+    path = tmp_path / "my_route.py"
+    path.write_text(f'"""mine"""\nMEASURED = {{}}\nFORWARD = {forward}\nBACKWARD = {backward}\n')
+    return path
+
+
+@pytest.mark.parametrize("n, gluon", [(256, True), (4096, False)])
+def test_the_default_call_follows_the_users_table_where_the_variable_names_one(hopper, monkeypatch, tmp_path, n,
+                                                                                gluon):
+    """FA2_TUNER_ROUTE_TABLE: a table regenerated for the user's GPU, read instead of the committed one."""
+    monkeypatch.setattr(route_table, "FORWARD", {(64, True, 256, 2): "triton", (64, True, 4096, 2): "ws"})
+    monkeypatch.setattr(route_table, "BACKWARD", {(64, True, 256, 2): "triton", (64, True, 4096, 2): "gluon"})
+    path = _user_table(tmp_path, "{(64, True, 256, 2): 'ws', (64, True, 4096, 2): 'triton'}",
+                       "{(64, True, 256, 2): 'gluon', (64, True, 4096, 2): 'triton'}")
+    monkeypatch.setenv(route.ROUTE_TABLE_ENV, str(path))
+    q, k, v = (torch.randn(1, 2, n, 64, dtype=torch.float16) for _ in range(3))
+    out, lse = kernel.flash_attn_fwd(q, k, v, True)
+    kernel.flash_attn_bwd(torch.randn_like(q), q, k, v, out, lse, True)
+    assert hopper == ([("fwd", "ws"), ("bwd", "gluon")] if gluon else [])
+
+
+def test_a_users_table_is_read_again_when_it_changes(monkeypatch, tmp_path):
+    path = _user_table(tmp_path, "{(64, False, 512, 32): 'ws'}")
+    monkeypatch.setenv(route.ROUTE_TABLE_ENV, str(path))
+    q = torch.empty(4, 8, 512, 64)
+    assert route.measured_kernel("fwd", q, q, False) == "ws"
+    path.write_text('FORWARD = {(64, False, 512, 32): "triton"}\nBACKWARD = {}\n# longer: another size\n')
+    assert route.measured_kernel("fwd", q, q, False) == "triton"
+    monkeypatch.delenv(route.ROUTE_TABLE_ENV)
+    assert route.measured_tables() == (route_table.FORWARD, route_table.BACKWARD)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    (None, "no such file"),
+    ("FORWARD = {", "fails to load (SyntaxError"),
+    ("BACKWARD = {}\n", "defines no FORWARD dict"),
+    ("FORWARD = {(64, False, 512): 'ws'}\nBACKWARD = {}\n", "keys are (head dim, causal, length, batch x heads)"),
+    ("FORWARD = {(64, 'no', 512, 32): 'ws'}\nBACKWARD = {}\n", "FORWARD[(64, 'no', 512, 32)]"),
+    ("FORWARD = {(64, False, 512, 32): 'gluon'}\nBACKWARD = {}\n", "kernels one of triton, pipelined, ws"),
+    ("FORWARD = {}\nBACKWARD = {(64, False, 512, 32): 'ws'}\n", "kernels one of triton, gluon"),
+])
+def test_a_file_that_is_not_a_route_table_is_an_error_naming_it_and_the_variable(monkeypatch, tmp_path, text,
+                                                                                   fragment):
+    path = tmp_path / "bad_route.py"
+    if text is not None:
+        path.write_text(text)
+    monkeypatch.setenv(route.ROUTE_TABLE_ENV, str(path))
+    q = torch.empty(4, 8, 512, 64)
+    with pytest.raises(ValueError) as caught:
+        route.measured_kernel("fwd", q, q, False)
+    assert fragment in str(caught.value) and f"FA2_TUNER_ROUTE_TABLE={path}" in str(caught.value)
+
+
+def test_the_table_the_benchmark_writes_is_one_the_variable_can_name(monkeypatch, tmp_path):
+    rows = [dict(pass_="fwd", B=4, H=8, N=512, D=64, causal=False, vs_cudnn=dict(triton=0.70, ws=0.90), winner="ws"),
+            dict(pass_="bwd", B=4, H=8, N=512, D=64, causal=False, vs_cudnn=dict(triton=0.9, gluon=0.8),
+                 winner="triton")]
+    env = dict(gpu="NVIDIA H100 (sm_90, 132 SMs)", torch="2.11.0", triton="3.6.0", date="2026-12-03 12:00 UTC")
+    path = tmp_path / "mine.py"
+    path.write_text(table_source(rows, env, f"python -m benchmarks.route --table {path}"))
+    monkeypatch.setenv(route.ROUTE_TABLE_ENV, str(path))
+    assert route.measured_tables() == ({(64, False, 512, 32): "ws"}, {(64, False, 512, 32): "triton"})
