@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU work on a lent GPU machine, through the device tool (run from the repo root, carry .whl).
+# GPU work on a lent GPU machine, through the device tool (run from the repo root, carry .whl: made by
+# `bash ../shared/gpu-wheels.sh pytest-xdist execnet`).
 #
 #   bash scripts/device_run.sh start 'STAGE ARGS' ...   # the stages in the background; wait up to WAIT s, pack
 #   bash scripts/device_run.sh wait                     # a later call: wait up to WAIT s more, pack
@@ -7,7 +8,8 @@
 #
 # Stages (each one quoted word list; ARGS go to the command as they are):
 #   env                  the GPU, its driver and clock, and the Python packages' versions
-#   tests [ARGS]         pytest -m gpu over ARGS (default tests/: the whole GPU suite; at most TESTS_S s), e.g.
+#   tests [ARGS]         pytest -m gpu over ARGS (default tests/: the whole GPU suite, on TESTS_N=8 processes where
+#                        .whl has pytest-xdist, then the 'timing' tests alone; at most TESTS_S s each), e.g.
 #                        'tests tests/kernel/triton/test_kernel.py -k bf16'
 #   bench NAME [ARGS]    python -m benchmarks.NAME ARGS, e.g. 'bench route --write'
 #   job [ARGS]           the README's main command as a user, timed, in a fresh folder, e.g. 'job --gpu sm_90'
@@ -43,14 +45,22 @@ timed() {   # timed LOG COMMAND...: the command's output to LOG, its wall time a
   return $rc
 }
 
+gpu_tests() {   # gpu_tests LOG MARKER ARGS...: pytest -m MARKER ARGS, the slowest tests named at the end
+  local log=$1 marker=$2; shift 2
+  timed "$log" timeout "${TESTS_S:-1800}" python3 -m pytest -m "$marker" -q -p no:cacheprovider -rfE --durations=25 "$@"
+  grep -E "passed|failed" "$log" | tail -1; grep -E "^(FAILED|ERROR)" "$log" | head -20
+}
+
 stage() {
   local name=$1; shift
   local log="$W/$(date +%H%M%S)-$name.log"
   echo "== $name $* ($(date +%T))"
   case $name in
     env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv; versions;;
-    tests) timed "$log" timeout "${TESTS_S:-1800}" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE "${@:-tests/}"
-           grep -E "passed|failed" "$log" | tail -1; grep -E "^(FAILED|ERROR)" "$log" | head -20;;
+    tests) if [ $# -eq 0 ] && python3 -c "import xdist" 2>/dev/null; then    # compiles on TESTS_N cores, timers alone
+             gpu_tests "$log" "gpu and not timing" -n "${TESTS_N:-8}" --dist loadfile tests/
+             gpu_tests "${log%.log}-timing.log" "gpu and timing" tests/
+           else gpu_tests "$log" gpu "${@:-tests/}"; fi;;
     bench) local bench=$1; shift; timed "$log" python3 -m "benchmarks.$bench" "$@"; tail -60 "$log";;
     job) rm -rf "$W/job"; mkdir -p "$W/job"
          (cd "$W/job" && timed "$log" python3 -m tuner.sweep "$@"); tail -25 "$log"

@@ -51,6 +51,11 @@ rep_ms = 1
 
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
+        if os.environ.get("PYTEST_XDIST_WORKER"):       # beside other GPU tests a timer measures them too
+            alone = pytest.mark.skip(reason="times the GPU: run alone, with -m 'gpu and timing' and no -n")
+            for item in items:
+                if "timing" in item.keywords:
+                    item.add_marker(alone)
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)")
     for item in items:

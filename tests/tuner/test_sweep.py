@@ -244,6 +244,7 @@ def test_a_target_other_than_the_gpu_present_is_compiled_for_both():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_small_sweep_on_the_gpu(tmp_path, capsys, query):
     study = tmp_path / "gpu.toml"
     study.write_text(textwrap.dedent("""

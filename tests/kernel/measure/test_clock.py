@@ -238,6 +238,7 @@ def test_the_deciding_figure_is_stored_and_read_back_by_the_winners(tmp_path, nv
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_adaptive_rounds_on_the_gpu_capture_once_read_the_clock_and_decide():
     """Two real configs and SDPA's flash backend, each captured once, in adaptive rounds; the clock is read
     where NVML is installed (every sample then has it); the configs' windows alternate with SDPA's."""

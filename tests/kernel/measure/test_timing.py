@@ -27,6 +27,7 @@ def test_the_environment_line_names_gpu_driver_versions_and_date():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_graph_timer_agrees_with_do_bench_at_n_4096():
     """At N=4096 the launcher is a small share of a 0.3 ms kernel, so the two must agree within 3%."""
     from benchmarks.vs_sdpa import make_sets, set_calls
@@ -46,6 +47,7 @@ def test_graph_timer_agrees_with_do_bench_at_n_4096():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_a_planned_call_costs_the_host_far_less_than_the_jit_launch():
     """From the second call the plan launches the binary directly: interleaved rounds against
     the JIT path of the same plan (binding every argument again), on the same host at the same time."""

@@ -325,6 +325,7 @@ def test_the_sweep_skips_its_profile_saying_why(tiny, tmp_path, sweep_args, monk
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_ncu_profiles_our_kernel_and_sdpa_on_this_gpu():
     """On a GPU with ncu: one real profile of each kind, with every counter in range."""
     import torch
