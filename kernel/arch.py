@@ -66,8 +66,13 @@ def smem_optin(capability: int) -> int:
 
 
 def interpreting() -> bool:
-    """True when Triton runs kernels in its numpy interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when Triton runs kernels in its numpy interpreter (``TRITON_INTERPRET=1``), as Triton itself
+    reads the variable ("1", "true", "on", "yes", "y" in any case; anything else, "false" or "2" too, is off)."""
+    try:
+        from triton import knobs
+    except ImportError:      # a Triton before knobs (3.4): the same reading
+        return os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes", "y")
+    return bool(knobs.runtime.interpret)
 
 
 def device_capability() -> int:

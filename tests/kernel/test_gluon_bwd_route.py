@@ -139,6 +139,7 @@ def _misaligned(shape, dtype=torch.float16):
 FALLBACKS = {
     "fp32": lambda a: (a[0].float(), a[1].float(), a[2].float(), a[3].float(), a[4].float(), a[5]),
     "misaligned k": lambda a: (a[0], a[1], _misaligned(a[2].shape), *a[3:]),
+    "v rows 136 bytes apart": lambda a: (*a[:3], torch.randn(*a[3].shape[:-1], 68, dtype=a[3].dtype)[..., :64], *a[4:]),
     "broadcast dout": lambda a: (torch.ones(1, dtype=a[0].dtype).expand(a[0].shape), *a[1:]),
     "strided lse": lambda a: (*a[:5], torch.zeros(1, 16, 2).transpose(1, 2)),
 }

@@ -162,6 +162,8 @@ FALLBACKS = {
     "misaligned q": lambda: [_misaligned((1, 2, 16, 128)), *[torch.randn(1, 2, 16, 128, dtype=torch.float16)] * 2],
     "non-unit last stride": lambda: [torch.randn(1, 2, 128, 16, dtype=torch.float16).transpose(2, 3)] * 3,
     "stride-0 heads": lambda: [torch.randn(1, 1, 16, 128, dtype=torch.float16).expand(1, 2, 16, 128)] * 3,
+    "v rows 264 bytes apart": lambda: [*[torch.randn(1, 2, 16, 128, dtype=torch.float16)] * 2,
+                                       torch.randn(1, 2, 16, 132, dtype=torch.float16)[..., :128]],
 }
 
 

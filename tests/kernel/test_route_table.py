@@ -5,6 +5,7 @@ benchmark writes a table the kernel reads back."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,6 +50,40 @@ def test_a_call_takes_the_entry_of_the_nearest_bucket(shape, wanted):
     assert route.measured_kernel("fwd", q, q, False, TABLE) == wanted
 
 
+def test_the_bucket_is_chosen_by_the_keys_length_not_the_queries():
+    """A short query against a long context (decoding, prefill with a cache) is as long as its keys."""
+    q, k = torch.empty(4, 8, 300, 64), torch.empty(4, 8, 3000, 64)
+    assert route.measured_kernel("fwd", q, k, False, TABLE) == "triton"
+    assert route.measured_kernel("fwd", k, q, False, TABLE) == "ws"
+
+
+def test_the_nearest_length_decides_before_the_nearest_batch_x_heads():
+    table = {(64, False, 256, 256): "ws", (64, False, 4096, 32): "triton"}
+    q = torch.empty(4, 8, 300, 64)            # 32 heads' worth, length 300: the 256-length bucket
+    assert route.measured_kernel("fwd", q, q, False, table) == "ws"
+
+
+def test_a_tie_goes_to_the_smaller_bucket_whatever_the_tables_order():
+    q = torch.empty(4, 8, 1024, 64)           # 32 heads' worth: as far from 8 as from 128 (in log2)
+    heads = {(64, False, 1024, 128): "triton", (64, False, 1024, 8): "ws"}
+    assert route.measured_kernel("fwd", q, q, False, heads) == "ws"
+    lengths = {(64, False, 4096, 32): "triton", (64, False, 256, 32): "ws"}      # 1024: as far from 256 as 4096
+    assert route.measured_kernel("fwd", q, q, False, lengths) == "ws"
+
+
+def test_each_committed_entry_is_the_winner_of_the_ratios_beside_it():
+    """The committed table as the benchmark's winner rule reads its own comments (a tie keeps Triton)."""
+    source = Path(route_table.__file__).read_text()
+    for name, table in (("FORWARD", route_table.FORWARD), ("BACKWARD", route_table.BACKWARD)):
+        block = source.split(f"{name} = {{", 1)[1].split("\n}", 1)[0]
+        entries = re.findall(r"\((\d+), (True|False), (\d+), (\d+)\): '(\w+)',\s+# (.*)", block)
+        assert len(entries) == len(table) > 0, name
+        for d, causal, n, bh, kernel_name, comment in entries:
+            ratios = {k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)", comment)}
+            assert winner(ratios) == kernel_name, (name, d, causal, n, bh, comment)
+            assert table[(int(d), causal == "True", int(n), int(bh))] == kernel_name
+
+
 def test_a_head_dim_or_mask_the_table_lacks_is_left_to_the_typed_tables():
     q = torch.empty(4, 8, 256, 128)
     assert route.measured_kernel("fwd", q, q, False, TABLE) is None
@@ -78,14 +113,15 @@ def hopper(monkeypatch):
     PLANS.clear()
 
 
-@pytest.mark.parametrize("n, gluon", [(256, True), (4096, False)])
-def test_the_default_call_follows_the_measured_table_in_both_passes(hopper, monkeypatch, n, gluon):
+@pytest.mark.parametrize("n, routed", [(256, [("fwd", "ws")]), (4096, [("bwd", "gluon")])])
+def test_the_default_call_follows_the_measured_table_in_both_passes(hopper, monkeypatch, n, routed):
+    """Each pass reads its own table: here they disagree at both lengths."""
     monkeypatch.setattr(route_table, "FORWARD", {(64, True, 256, 2): "ws", (64, True, 4096, 2): "triton"})
-    monkeypatch.setattr(route_table, "BACKWARD", {(64, True, 256, 2): "gluon", (64, True, 4096, 2): "triton"})
+    monkeypatch.setattr(route_table, "BACKWARD", {(64, True, 256, 2): "triton", (64, True, 4096, 2): "gluon"})
     q, k, v = (torch.randn(1, 2, n, 64, dtype=torch.float16) for _ in range(3))
     out, lse = kernel.flash_attn_fwd(q, k, v, True)
     kernel.flash_attn_bwd(torch.randn_like(q), q, k, v, out, lse, True)
-    assert hopper == ([("fwd", "ws"), ("bwd", "gluon")] if gluon else [])
+    assert hopper == routed
 
 
 def test_the_benchmark_writes_a_table_the_route_reads_back():
