@@ -49,9 +49,9 @@ except ImportError as exc:  # a Triton without Gluon: the kernels are never comp
     def jit(fn=None, **_):
         return fn if fn is not None else (lambda f: f)
 
-__all__ = ["GLUON_IMPORT_ERROR", "GluonUnavailable", "cta_barrier", "fence_async_shared", "gl", "gluon",
-           "gluon_api_support", "gluon_bwd_support", "gluon_support", "jit", "mbarrier", "tma", "tma_load",
-           "tma_reduce_add", "tma_store", "warpgroup_mma", "warpgroup_mma_wait"]
+__all__ = ["CTA_BARRIER", "GLUON_IMPORT_ERROR", "TMA_LOAD", "TMA_STORE", "GluonUnavailable", "cta_barrier",
+           "fence_async_shared", "gl", "gluon", "gluon_api_support", "gluon_bwd_support", "gluon_support", "jit",
+           "mbarrier", "tma", "tma_load", "tma_reduce_add", "tma_store", "warpgroup_mma", "warpgroup_mma_wait"]
 
 
 def _first(module, *names):
@@ -59,9 +59,14 @@ def _first(module, *names):
     return next((getattr(module, name) for name in names if module is not None and hasattr(module, name)), None)
 
 
-tma_load = _first(tma, "async_load", "async_copy_global_to_shared")
-tma_store = _first(tma, "async_store", "async_copy_shared_to_global")
-cta_barrier = _first(gl, "barrier", "thread_barrier")
+# Each helper's spellings, the newest first: where a Triton keeps the old name as an alias (3.8 kept 3.6's
+# TMA copy names), the new one is taken; where it has only the old one (3.6's gl.thread_barrier), that one.
+TMA_LOAD = ("async_load", "async_copy_global_to_shared")
+TMA_STORE = ("async_store", "async_copy_shared_to_global")
+CTA_BARRIER = ("barrier", "thread_barrier")
+tma_load = _first(tma, *TMA_LOAD)
+tma_store = _first(tma, *TMA_STORE)
+cta_barrier = _first(gl, *CTA_BARRIER)
 
 
 def _tma_reduce_add():

@@ -11,9 +11,13 @@ def test_each_benchmark_call_times_its_own_input_set(monkeypatch):
 
     seen = []
     monkeypatch.setattr(kernel, "flash_attn_fwd", lambda q, k, v, causal, out=None, lse=None, **config:
-                        seen.append((q, out, config)))
+                        seen.append((q, k, v, causal, out, lse, config)))
     sets = [(f"q{i}", f"k{i}", f"v{i}", f"out{i}", f"lse{i}") for i in range(3)]
     calls = set_calls(sets, True, dict(block_m=64))
     for call in calls:
         call()
-    assert seen == [(f"q{i}", f"out{i}", dict(block_m=64)) for i in range(3)]
+    assert seen == [(f"q{i}", f"k{i}", f"v{i}", True, f"out{i}", f"lse{i}", dict(block_m=64)) for i in range(3)]
+    seen.clear()
+    for call in set_calls(sets, False, {}):
+        call()
+    assert [s[3] for s in seen] == [False] * 3

@@ -26,3 +26,36 @@ def test_a_path_that_cannot_be_written_is_refused_before_the_timing(tmp_path, ca
             route.parse([flag, str(bad)])
         assert stop.value.code == 2 and fragment in capsys.readouterr().err
     assert route.parse([flag, str(tmp_path / "t.py")])
+
+
+@pytest.mark.parametrize("ratios, wanted", [
+    ({"triton": 1.0, "ws": 1.05}, "ws"),            # a 5% win is a win
+    ({"triton": 1.0, "ws": 1.0101}, "ws"),          # just past the 1% margin
+    ({"triton": 2.0, "ws": 2.0 * (1 + route.ROUND_OFF)}, "ws"),     # exactly 1% faster is past it
+    ({"triton": 1.0, "ws": 1.0099}, "triton"),      # within it: a tie keeps Triton
+    ({"triton": 1.0, "gluon": 0.8}, "triton"),
+    ({"ws": 0.9}, "ws"),                            # Triton failed there: the other one
+    ({}, None),
+])
+def test_the_winner_is_the_faster_kernel_past_a_one_percent_margin(ratios, wanted):
+    assert route.winner(ratios) == wanted
+
+
+def test_the_table_holds_only_shapes_with_a_winner_and_names_every_version():
+    rows = [dict(pass_="fwd", B=4, H=8, N=512, D=64, causal=False, vs_cudnn=dict(triton=0.9, ws=1.0), winner="ws"),
+            dict(pass_="fwd", B=4, H=8, N=1024, D=64, causal=False, vs_cudnn={}, winner=None)]
+    env = dict(gpu="NVIDIA H200 (sm_90, 132 SMs)", torch="2.11.0+cu130", triton="3.6.0", date="2026-12-03 12:00 UTC")
+    namespace = {}
+    exec(route.table_source(rows, env, "python -m benchmarks.route"), namespace)
+    assert namespace["FORWARD"] == {(64, False, 512, 32): "ws"} and namespace["BACKWARD"] == {}
+    for value in env.values():
+        assert value in namespace["__doc__"] and value in namespace["MEASURED"].values()
+
+
+def test_a_failure_note_is_the_messages_last_line():
+    """Python and Triton put the message last, after the source excerpt."""
+    from benchmarks._report import first_line
+
+    exc = RuntimeError("at 12:4:\n    acc = tl.dot(a, b)\n\nout of resource: shared memory, 300000 > 232448\n")
+    assert first_line(exc) == "RuntimeError: out of resource: shared memory, 300000 > 232448"
+    assert first_line(ValueError("x" * 500), 40) == "ValueError: " + "x" * 28 and first_line(KeyError()) == "KeyError: "
