@@ -276,3 +276,13 @@ def test_flash_attention_backward_works_after_the_gluon_forward(causal, spied):
     ours = torch.autograd.grad(out, leaves, dout)
     verdict = grad_accuracy(ours, reference_grads(q, k, v, dout, causal), torch_grads(q, k, v, dout, causal), q.dtype)
     assert verdict.ok, verdict.reason
+
+
+def test_a_routed_and_an_unrouted_call_of_one_layout_keep_plans_of_their_own(routed):
+    """The default call (routed) and the Triton kernel named at the same knobs (never routed) share a layout
+    and a config, not a plan: in either order, each gets its own."""
+    q = torch.randn(1, 2, 16, 128, dtype=torch.float16)
+    for order in ((route.gluon_plan, None), (None, route.gluon_plan)):
+        PLANS.clear()
+        plans = {r: plan_for(JIT_KERNEL, KNOB_DEFAULTS, q, q, q, False, None, None, r) for r in order}
+        assert isinstance(plans[route.gluon_plan], route.GluonPlan) and isinstance(plans[None], LaunchPlan)

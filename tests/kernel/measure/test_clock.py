@@ -377,6 +377,21 @@ def test_the_gpu_is_found_by_torch_s_uuid_with_nvml_s_gpu_prefix(nvml, monkeypat
     assert not recwarn.list
 
 
+def test_a_uuid_torch_gives_with_the_prefix_is_passed_as_it_is(nvml, monkeypatch, recwarn):
+    _torch_uuid(monkeypatch, FakeNvml.UUID)                             # a torch that prints NVML's spelling
+    assert clock.sm_clock().handle == ("uuid", FakeNvml.UUID)
+    assert not recwarn.list
+
+
+@pytest.mark.parametrize("visible, index", [("3,1", 3), (" 2 , 0", 2), ("", 0), ("GPU-abc,1", 0)])
+def test_without_a_uuid_the_first_visible_gpu_is_read(nvml, monkeypatch, visible, index):
+    """Torch's device 0 is the first GPU CUDA_VISIBLE_DEVICES lists (a UUID there: NVML's GPU 0, the index
+    unknown)."""
+    _torch_uuid(monkeypatch, "")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert clock.sm_clock().handle == ("index", index)
+
+
 def test_a_uuid_nvml_refuses_falls_back_to_the_index_saying_so(nvml, monkeypatch):
     _torch_uuid(monkeypatch, "0badc0de-0000-0000-0000-000000000000")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
