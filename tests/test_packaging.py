@@ -52,7 +52,7 @@ def test_the_wheel_ships_the_studies_and_the_packages(installed):
     for name in ("torch", "triton", "optuna", "sqlalchemy", "plotly", "tqdm"):
         assert any(name in line.lower() for line in requires), name
     entry_points = (next(installed.glob("fa2_tuner-*.dist-info")) / "entry_points.txt").read_text()
-    assert "fa2-tuner = tuner.commands:main" in entry_points
+    assert "fa2-tuner = tuner.commands:console_main" in entry_points
 
 
 def test_the_wheel_holds_every_module_of_the_repo(installed):

@@ -1,8 +1,9 @@
 """``python -m tuner`` is ``python -m tuner.sweep`` (see its ``--help``)."""
 
-import sys
 
 from tuner.sweep import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tuner.console import run
+
+    run(main)

@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "console_main", "main"]
 
 # command -> (module whose main() runs it, what it does, an example)
 COMMANDS = {
@@ -62,5 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(importlib.import_module(COMMANDS[command][0]).main(rest) or 0)
 
 
+def console_main() -> int:
+    """The ``fa2-tuner`` console script: :func:`main` with the streams settled (:mod:`tuner.console`)."""
+    from tuner.console import call
+
+    return call(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

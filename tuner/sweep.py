@@ -391,4 +391,6 @@ def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tuner.console import run
+
+    run(main)

@@ -129,4 +129,6 @@ def _print_table(results: list, gpu: GpuSpec, problem: Problem) -> None:
           f"({', '.join(f'{v} {n}' for v, n in sorted(counts.items()))})")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tuner.console import run
+
+    run(main)

@@ -1,7 +1,6 @@
 """``python -m tuner.dashboard``."""
 
-import sys
-
+from tuner.console import run
 from tuner.dashboard import main
 
-sys.exit(main())
+run(main)

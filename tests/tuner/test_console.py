@@ -1,0 +1,80 @@
+"""tuner.console: a command's streams never end it for their own sake (a pipe closed early, a C locale,
+a closed stderr): each case is a real process, as a shell would start it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from conftest import ROOT
+
+from tuner.console import BROKEN_PIPE
+
+
+def _program(body: str) -> str:
+    return "from tuner.console import run\n\ndef main():\n" + textwrap.indent(textwrap.dedent(body), "    ") + \
+        "\n\nrun(main)\n"
+
+
+def _env(**extra) -> dict:
+    return os.environ | {"PYTHONPATH": str(ROOT)} | extra
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly_with_the_pipes_exit_code():
+    program = _program("for i in range(200000):\n    print(i, 'a line long enough to fill the pipe quickly')")
+    process = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=_env())
+    assert process.stdout.readline() == b"0 a line long enough to fill the pipe quickly\n"
+    process.stdout.close()                       # `| head -1`
+    err = process.stderr.read().decode()
+    assert process.wait(60) == BROKEN_PIPE and "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_an_output_that_cannot_encode_a_character_prints_a_stand_in():
+    # escaped: the command line itself is ASCII in a C locale
+    program = _program("print('host \\u00b5s per call: 13.2')\nimport sys\n"
+                       "print('\\u00b5 on stderr', file=sys.stderr)\nreturn 0")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60,
+                          env=_env(LANG="C", LC_ALL="C", PYTHONCOERCECLOCALE="0", PYTHONUTF8="0",
+                                   PYTHONIOENCODING=""))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"host ?s per call: 13.2\n" and done.stderr == b"? on stderr\n"
+
+
+def test_a_closed_stderr_is_dev_null_for_the_command_and_the_processes_it_starts():
+    program = _program("""
+        import subprocess, sys
+        print('to stderr', file=sys.stderr)
+        sys.stderr.write('again\\n')
+        child = subprocess.run([sys.executable, '-c', 'import os; os.write(2, b"child\\\\n"); print("child ran")'],
+                               stdout=subprocess.PIPE)
+        print(child.stdout.decode().strip(), child.returncode)
+        return 3
+    """)
+    done = subprocess.run(["sh", "-c", f'"{sys.executable}" -c "$0" 2>&-', program], capture_output=True,
+                          timeout=60, env=_env())
+    assert done.returncode == 3 and done.stdout == b"child ran 0\n", done
+
+
+def test_every_command_module_ends_through_the_console_runner():
+    """python -m tuner.<command> for each command, python -m tuner and the dashboard's package form."""
+    from tuner.commands import COMMANDS
+
+    modules = [module for module, _, _ in COMMANDS.values()] + ["tuner.__main__", "tuner.dashboard.__main__"]
+    for module in modules:
+        path = ROOT / (module.replace(".", "/") + ".py")
+        if module == "tuner.dashboard._cli":
+            path = ROOT / "tuner/dashboard/__main__.py"
+        assert "run(main)" in path.read_text(), module
+
+
+def test_the_pipe_is_handled_in_a_real_command():
+    process = subprocess.Popen([sys.executable, "-m", "tuner.budget", "--gpu", "sm_89", "--head-dim", "16",
+                                "--dtype", "fp32", "--model-only"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=_env(TRITON_INTERPRET="1"), cwd=ROOT)
+    process.stdout.readline()
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert process.wait(120) in (0, BROKEN_PIPE) and "Traceback" not in err, err

@@ -1,0 +1,58 @@
+"""A command run as a console program: ``python -m tuner.<command>`` and ``fa2-tuner`` end through :func:`run`.
+
+What a terminal, a pipe or a service may hand a command, made safe before the command starts: an output
+that cannot encode a character (a C locale: ``µs`` in a table) prints a stand-in for it, not a
+``UnicodeEncodeError``; a closed stdout or stderr (``2>&-``) becomes ``/dev/null``, for the command and the
+processes it starts; a reader that stops early (``| head -1``) ends the command quietly, with the exit
+code 141 a shell gives a program the pipe's signal ended (as ``yes | head -1`` does). Plain Python, no
+project imports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+__all__ = ["BROKEN_PIPE", "call", "run", "settle_streams"]
+
+BROKEN_PIPE = 128 + 13          # 128 + SIGPIPE: what a shell reports for a program a closed pipe ended
+
+
+def settle_streams() -> None:
+    """stdout and stderr that never fail a command for their own sake (see the module's docstring)."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:                   # closed: /dev/null in its place, inherited by child processes too
+            devnull = os.open(os.devnull, os.O_WRONLY)       # the lowest free descriptor: often fd itself
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+            os.set_inheritable(fd, True)      # Python opens descriptors close-on-exec; children need this one
+            setattr(sys, name, open(fd, "w", closefd=False))  # noqa: SIM115 (the process's stream, open until it ends)
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, stream := open(os.devnull, "w"))  # noqa: SIM115 (as above)
+        if hasattr(stream, "reconfigure") and (stream.encoding or "").lower().replace("-", "") != "utf8":
+            stream.reconfigure(errors="replace")
+
+
+def call(main: Callable[..., int | None], *args) -> int:
+    """``main(*args)``'s exit code, with the streams settled first; a reader gone away ends it quietly."""
+    settle_streams()
+    try:
+        code = main(*args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit, into the closed pipe: point it at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE
+    return int(code or 0)
+
+
+def run(main: Callable[..., int | None]) -> None:
+    """The end of a command module: ``sys.exit(call(main))``."""
+    sys.exit(call(main))
