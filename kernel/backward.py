@@ -52,6 +52,9 @@ def flash_attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
         TypeError, ValueError: a bad input or config; the message names it.
     """
     grads = (dq, dk, dv)
+    if config is not None and not isinstance(config, BwdConfig):
+        hint = " (pass its fields as keywords: flash_attn_bwd(..., **config))" if isinstance(config, dict) else ""
+        raise TypeError(f"config must be None or a kernel.BwdConfig; got {type(config).__name__}{hint}")
     if config is None and not fields:
         return _default_plan(dout, q, k, v, out, lse, causal, grads)(dout, q, k, v, out, lse, dq, dk, dv)
     if config is None:

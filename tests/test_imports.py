@@ -25,7 +25,7 @@ FLOORS = {
     5: ["kernel.forward", "kernel.backward", "kernel.autograd"],
     6: ["tuner.problem", "tuner.status", "tuner.gpus", "tuner.space", "tuner.formatting", "tuner.outcome",
         "tuner.store", "tuner.studies", "tuner.gate", "tuner.counters", "tuner.trace", "tuner.spawn",
-        "tuner.console"],
+        "tuner.console", "tuner.paths"],
     7: ["tuner.kernels", "tuner.worker_rounds", "tuner.samplers", "tuner.pipeline"],
     8: ["tuner.study", "tuner.budget", "tuner.search", "tuner.pre_gpu_stages", "tuner.runner"],
     9: ["tuner.records", "tuner.finalists", "tuner.winners", "tuner.report", "tuner.contenders"],

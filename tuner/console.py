@@ -4,7 +4,8 @@ What a terminal, a pipe or a service may hand a command, made safe before the co
 that cannot encode a character (a C locale: ``µs`` in a table) prints a stand-in for it, not a
 ``UnicodeEncodeError``; a closed stdout or stderr (``2>&-``) becomes ``/dev/null``, for the command and the
 processes it starts; a reader that stops early (``| head -1``) ends the command quietly, with the exit
-code 141 a shell gives a program the pipe's signal ended (as ``yes | head -1`` does). Plain Python, no
+code 141 a shell gives a program the pipe's signal ended (as ``yes | head -1`` does); an SQLite store
+another process keeps locked past the lock timeout is one line of error, exit 1. Plain Python, no
 project imports.
 """
 
@@ -50,7 +51,19 @@ def call(main: Callable[..., int | None], *args) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return BROKEN_PIPE
+    except Exception as exc:
+        if not _locked(exc):
+            raise
+        # SQLite waited its lock timeout for another process's write transaction: say so, not a traceback.
+        print(f"error: the database is locked by another process (a write held longer than the lock timeout): "
+              f"{str(exc).splitlines()[0][:200]}; let it finish, or give another --storage", file=sys.stderr)
+        return 1
     return int(code or 0)
+
+
+def _locked(exc: BaseException) -> bool:
+    """SQLite's (or SQLAlchemy's wrapping of it) lock timeout, as either raises it."""
+    return type(exc).__name__ == "OperationalError" and "database is locked" in str(exc)
 
 
 def run(main: Callable[..., int | None]) -> None:

@@ -16,6 +16,7 @@ of the study, the config the autotuner picks from the list against the shape's b
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from tuner.finalists import ShapeVerdict
 from tuner.formatting import pct, sweep_command, usage_error
 from tuner.gate import edges_checked
 from tuner.gpus import GpuSpec
+from tuner.paths import unwritable
 from tuner.problem import Problem
 from tuner.status import Status
 from tuner.store import DEFAULT_OUT, DEFAULT_URL, Result, Store, StoreError
@@ -214,13 +216,19 @@ def main(argv=None) -> int:
         return usage_error(parser, str(exc))
     if args.top < 0:
         return usage_error(parser, f"--top {args.top} must be 0 or more")
-    out = Path(args.out) if args.out else Path(DEFAULT_OUT) / "configs" / f"{study.name}_{target.name}_configs.py"
-    if out.is_dir():
-        return usage_error(parser, f"--out {str(out)!r} is a folder; give a file name such as configs.py")
-    for given in (args.verify,):
-        if given and Path(given).is_dir():
-            return usage_error(parser, f"--verify {given!r} is a folder; give a markdown file name")
-    command = " ".join(["python -m tuner.emit"] + list(argv if argv is not None else sys.argv[1:]))
+    default = Path(DEFAULT_OUT) / "configs" / f"{study.name}_{target.name}_configs.py"
+    out = Path(args.out) if args.out is not None else default
+    for flag, given in (("--out", out if args.out is None else args.out), ("--verify", args.verify)):
+        problem = unwritable(given, "file") if given is not None else None
+        if problem:
+            return usage_error(parser, f"{flag} {str(given)!r} {problem}")
+    if args.verify:
+        import torch
+
+        if not torch.cuda.is_available():
+            return usage_error(parser, f"--verify {args.verify!r} times the emitted list on a CUDA GPU, and none is "
+                                       "visible here; leave it out to write the list alone")
+    command = " ".join(["python -m tuner.emit", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     try:
         db = Store(args.storage, create=False)
         emitted = emit(db, study, target, args.gpu_used, args.top, command)

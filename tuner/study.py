@@ -228,6 +228,9 @@ def load(name_or_path: str) -> Study:
         raise StudyError(f"{where}: [problem] is missing; it names the shapes to tune for (batch, heads, n, "
                          f"head_dim, dtype, causal)")
     problems = problems if isinstance(problems, list) else [problems]
+    if not problems:
+        raise StudyError(f"{where}: [problem] holds no shapes; give at least one table (batch, heads, n, head_dim, "
+                         f"dtype, causal)")
     shapes: list[Problem] = []
     for index, table in enumerate(problems):
         label = "[problem]" if len(problems) == 1 else f"[[problem]] #{index + 1}"
@@ -340,7 +343,7 @@ def _space(table, where: str, kernel: kernels.TunableKernel) -> tuple[SearchSpac
         if not isinstance(chosen, list) or not chosen:
             raise StudyError(f"{where}: [space] {key} must be a non-empty list, e.g. {list(default)}")
         for value in chosen:
-            if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
+            if value not in allowed or type(value) is not type(allowed[0]):      # 4.0 == 4, True == 1
                 shown = "true, false" if isinstance(allowed[0], bool) else _ranges(allowed)
                 raise StudyError(f"{where}: [space] {key} value {value!r} is not allowed; use values from {shown}")
         values[key] = tuple(sorted(set(chosen)))
@@ -363,6 +366,7 @@ def _ranges(values) -> str:
 
 # ---------------------------------------------------------------------- restrictions
 
+MAX_RESTRICTION = 500      # characters: a rule over a handful of axes is far shorter
 _ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.BinOp,
                   ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Compare, ast.Eq, ast.NotEq, ast.Lt,
                   ast.LtE, ast.Gt, ast.GtE, ast.Name, ast.Load, ast.Constant)
@@ -370,10 +374,13 @@ _ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.
 
 def _parse_restriction(text: str, names: tuple[str, ...], where: str = "") -> ast.Expression:
     """Parse a restriction: arithmetic and comparisons over the config's names, nothing else."""
+    if len(text) > MAX_RESTRICTION:
+        raise StudyError(f"{where}: [space] restriction {text[:40]!r}... is {len(text)} characters long; a restriction "
+                         f"is at most {MAX_RESTRICTION}")
     try:
         tree = ast.parse(text, mode="eval")
-    except SyntaxError:
-        raise StudyError(f"{where}: [space] restriction {text!r} is not a valid expression") from None
+    except (SyntaxError, MemoryError, RecursionError):      # the last two: nested too deep for the parser
+        raise StudyError(f"{where}: [space] restriction {text!r:.80} is not a valid expression") from None
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
             raise StudyError(f"{where}: [space] restriction {text!r} uses {type(node).__name__}; only arithmetic "

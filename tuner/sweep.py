@@ -11,6 +11,7 @@ written, opens the run, and writes the outputs.
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 if __name__ == "__main__":      # first: the GPU worker's imports begin beside this module's (tuner.spawn)
@@ -36,6 +37,7 @@ from tuner.gate import EDGE_MARGIN
 from tuner.gpus import GpuSpec, valid_names
 from tuner.outcome import WorkerFailed
 from tuner.outputs import budget_only_ending, profile_best, write_outputs
+from tuner.paths import unwritable
 from tuner.pre_gpu_stages import dropped, for_target
 from tuner.records import RunContext
 from tuner.report import summary
@@ -148,6 +150,9 @@ def _finalist_flags(parser: argparse.ArgumentParser) -> None:
                         help="adaptive: the most rounds (default 10); fixed: the rounds (default 5)")
 
 
+MAX_SECONDS = 7 * 24 * 3600       # a limit beyond a week is a typo (inf, 1e300 overflow the clocks)
+
+
 def _check_numbers(args) -> str | None:
     """The first bad number among the flags, as an error message; None if all are good."""
     for name, low in (("trials", 1), ("jobs", 1), ("batch", 1), ("finalists", 0), ("rounds", 2), ("profile", 1),
@@ -157,20 +162,27 @@ def _check_numbers(args) -> str | None:
             return f"--{name} {value} must be at least {low}"
     for name in ("timeout", "trial_timeout"):
         value = getattr(args, name)
-        if value is not None and not value > 0:
-            return f"--{name.replace('_', '-')} {value} must be a positive number of seconds"
+        if value is not None and not 0 < value <= MAX_SECONDS:
+            return f"--{name.replace('_', '-')} {value} must be a positive number of seconds, at most {MAX_SECONDS}"
+    if args.seed is not None and not 0 <= args.seed < 2**32:
+        return f"--seed {args.seed} must be from 0 to {2**32 - 1} (what the samplers' generators take)"
     return None
 
 
 def _check_paths(args) -> str | None:
-    """--out must be a folder (or missing); --trace a new file in an existing folder."""
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        return f"--out {args.out!r} is a file; give a folder (it is created if missing)"
-    if args.trace and Path(args.trace).exists():
+    """--out a folder that can be written (or made), where the run writes there; --trace a new file in an
+    existing folder that can be written. Nothing is made here."""
+    problem = unwritable(args.out, "folder") if (not args.no_outputs or not args.storage) else None
+    if problem:
+        return f"--out {args.out!r} {problem}"
+    if args.trace is not None and not args.trace.strip():
+        return f"--trace {args.trace!r} is empty; give a file name"
+    if args.trace is not None and Path(args.trace).exists():
         return f"--trace {args.trace!r} exists; give a new file (nothing is overwritten)"
-    if args.trace and not Path(args.trace).resolve().parent.is_dir():
+    if args.trace is not None and not Path(args.trace).absolute().parent.is_dir():
         return f"--trace {args.trace!r}: its folder does not exist"
-    return None
+    problem = unwritable(args.trace, "file") if args.trace is not None else None
+    return f"--trace {args.trace!r} {problem}" if problem else None
 
 
 def _storage_url(args) -> tuple[str | None, str | None]:
@@ -184,6 +196,23 @@ def _storage_url(args) -> tuple[str | None, str | None]:
         return None, (f"--storage {url!r} is an in-memory database: every result would be lost when the sweep "
                       f"ends; give a file, e.g. sqlite:///{DEFAULT_OUT}/tuning.db")
     return url, None
+
+
+def _check_interpreter(args, study) -> str | None:
+    """--device cpu runs the kernels in Triton's interpreter, which must be on from the start (the kernels are
+    made interpreted where they are defined) and cannot multiply bf16."""
+    if args.device != "cpu":
+        return None
+    from kernel.arch import interpreting
+
+    if not interpreting():
+        return ("--device cpu runs the kernels in Triton's interpreter, which is off here: run it as "
+                "TRITON_INTERPRET=1 python -m tuner.sweep ...")
+    bf16 = sorted({s.label for s in study.shapes if s.dtype == "bf16"})
+    if bf16:
+        return (f"--device cpu: the interpreter's bf16 dot is wrong, so {study.path} cannot be checked there "
+                f"({bf16[0]}{' and more' if len(bf16) > 1 else ''}); use dtype = 'fp16' or 'fp32' in [problem]")
+    return None
 
 
 def _resolve_gpus(args, parser):
@@ -254,6 +283,9 @@ def main(argv=None) -> int:
     url, problem = _storage_url(args)
     if problem:
         return usage_error(parser, problem)
+    problem = _check_interpreter(args, study)
+    if problem:
+        return usage_error(parser, problem)
     resolved = _resolve_gpus(args, parser)
     if isinstance(resolved, int):
         return resolved
@@ -287,7 +319,7 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
         TIMELINE.enable()
     with TIMELINE.span("the environment (versions, GPU, driver)", "sweep"):
         env = environment()
-    command = " ".join(["python -m tuner.sweep"] + list(argv if argv is not None else sys.argv[1:]))
+    command = " ".join(["python -m tuner.sweep", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     for gone in mark_gone_runs(db, search.GRACE_S):
         print(f"note: run {gone.id} ({gone.command!r} on {gone.host}, pid {gone.pid}) was left running by a process "
               f"that is gone (kill -9, a crash, a lost host): marked {INTERRUPTED}", file=sys.stderr)

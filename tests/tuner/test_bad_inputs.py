@@ -41,6 +41,12 @@ def files(tmp_path):
     (tmp_path / "uneven.toml").write_text('name = "uneven"\n[problem]\nn = 128\n[space]\nnum_stages = [1, 2, 4]\n')
     (tmp_path / "bad-restriction.toml").write_text(SMALL_STUDY.replace("RULE", "block_m //"))
     (tmp_path / "all-raise.toml").write_text(SMALL_STUDY.replace("RULE", "block_m // (num_stages - num_stages) > 0"))
+    (tmp_path / "no-shapes.toml").write_text('name = "x"\nproblem = []\n')
+    (tmp_path / "float-warps.toml").write_text(SMALL_STUDY.replace("RULE", "block_m > 0").replace(
+        "num_warps = [1]", "num_warps = [4.0]"))
+    (tmp_path / "deep.toml").write_text(SMALL_STUDY.replace("RULE", "not " * 20000 + "block_m"))
+    (tmp_path / "minus.toml").write_text(SMALL_STUDY.replace("RULE", "-" * 100000 + "block_m > 0"))
+    (tmp_path / "dot-kernel.toml").write_text('name = "x"\nkernel = ".foo"\n[problem]\nn = 64\n')
     _corrupt_store(tmp_path / "mid-corrupt.db", first=2)        # every page after the first is garbage
     _corrupt_store(tmp_path / "tail-corrupt.db", first=None)    # schema intact, the data pages garbage
     results = Store(f"sqlite:///{tmp_path / 'results.db'}")
@@ -153,6 +159,22 @@ SWEEP = [
     (["--gpu", "sm_89", "--storage", "sqlite:///{tmp}/mid-corrupt.db"], "cannot open"),
     (["--gpu", "sm_89", "--storage", "sqlite:///{tmp}/tail-corrupt.db"], "the database is corrupt"),
     (["--gpu", "sm_89", "--storage", "sqlite:///{tmp}/foreign.db"], "none of fa2-tuner's"),
+    (["--gpu", "sm_89", "--study", _t("no-shapes.toml")], "[problem] holds no shapes"),
+    (["--gpu", "sm_89", "--study", _t("float-warps.toml")], "num_warps value 4.0 is not allowed"),
+    (["--gpu", "sm_89", "--study", _t("deep.toml")], "is at most 500"),
+    (["--gpu", "sm_89", "--study", _t("minus.toml")], "is at most 500"),
+    (["--gpu", "sm_89", "--study", _t("dot-kernel.toml")], "kernel = '.foo'"),
+    (["--gpu", "sm_89", "--storage", "sqlite:///file:mem1?mode=memory&uri=true"], "in-memory database"),
+    (["--gpu", "sm_89", "--storage", "sqlite:///~/t.db"], "SQLite does not expand '~'"),
+    (["--gpu", "sm_89", "--out", ""], "--out '' is empty"),
+    (["--gpu", "sm_89", "--out", _t("a-file/out")], "{tmp}/a-file is a file, not a folder"),
+    (["--gpu", "sm_89", "--out", "/proc/fa2-out"], "--out '/proc/fa2-out' cannot be made: /proc is not writable"),
+    (["--gpu", "sm_89", "--trial-timeout", "inf"], "--trial-timeout inf must be a positive number of seconds, at most"),
+    (["--gpu", "sm_89", "--timeout", "1e300"], "--timeout 1e+300 must be"),
+    (["--gpu", "sm_89", "--seed", "-1"], "--seed -1 must be from 0 to 4294967295"),
+    (["--gpu", "sm_89", "--seed", "18446744073709551617"], "--seed 18446744073709551617 must be"),
+    (["--gpu", "sm_89", "--trace", ""], "--trace '' is empty"),
+    (["--gpu", "sm_89", "--trace", "/proc/t.json"], "--trace '/proc/t.json' cannot be made: /proc is not writable"),
 ]
 if not torch.cuda.is_available():
     SWEEP.append((["--gpu", "auto"], "--gpu auto needs a CUDA device"))
@@ -175,7 +197,13 @@ EMIT = [
      "--gpu-used 'X'"),
     (["--study", "article", "--gpu", "sm_90", "--out", _t("a-dir")], "is a folder"),
     (["--study", "article", "--gpu", "sm_90", "--verify", _t("a-dir")], "is a folder"),
+    (["--study", "article", "--gpu", "sm_90", "--out", _t("a-file/c.py")], "{tmp}/a-file is a file, not a folder"),
+    (["--study", "article", "--gpu", "sm_90", "--out", "/proc/c.py"], "cannot be made: /proc is not writable"),
+    (["--study", "article", "--gpu", "sm_90", "--out", ""], "--out '' is empty"),
 ]
+if not torch.cuda.is_available():
+    EMIT.append((["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/results.db", "--out",
+                  _t("c.py"), "--verify", _t("v.md")], "--verify '{tmp}/v.md' times the emitted list on a CUDA GPU"))
 
 DASHBOARD = [
     (["--storage", "sqlite:///{tmp}/empty.db", "--out", _t("a-file")], "is a file"),
@@ -277,6 +305,8 @@ def _q(*shape, dtype=torch.float32):
 
 
 KERNEL = [
+    (lambda: kernel.flash_attn_bwd(*[_q(1, 1, 20, 16)] * 5, _q(1, 1, 20), config={"block_m": 16}),
+     "config must be None or a kernel.BwdConfig; got dict (pass its fields as keywords"),
     (lambda: kernel.flash_attn_fwd(_q(2, 8, 64)[0], _q(8, 64), _q(8, 64)), "got 2 dims"),
     (lambda: kernel.flash_attn_fwd(_q(1, 1, 8, 64).double(), _q(1, 1, 8, 64).double(),
                                    _q(1, 1, 8, 64).double()), "float64"),
@@ -611,3 +641,39 @@ def test_a_live_run_beats_its_heartbeat_and_stops_when_told(tmp_path):
     time.sleep(0.3)
     assert store.runs()[0].heartbeat_at == stopped and not beat.is_alive()
     assert run_gone(store.runs()[0], grace_s=0.1)          # and one that stopped beating is gone
+
+
+@pytest.mark.parametrize("interpret, study, fragment", [
+    ("0", None, "which is off here: run it as TRITON_INTERPRET=1 python -m tuner.sweep"),
+    ("false", None, "which is off here"),
+    ("1", "bf16.toml", "the interpreter's bf16 dot is wrong"),
+])
+def test_the_cpu_device_without_a_working_interpreter_is_refused_before_anything(files, capsys, monkeypatch,
+                                                                                  interpret, study, fragment):
+    """--device cpu under an interpreter that is off (the kernels then need a GPU and every trial would be
+    stored as crashed) or with bf16 shapes (its dot is wrong there): exit 2, nothing written."""
+    (files / "bf16.toml").write_text(SMALL_STUDY.replace("RULE", "block_m > 0").replace('"fp32"', '"bf16"'))
+    monkeypatch.chdir(files)
+    monkeypatch.setenv("TRITON_INTERPRET", interpret)
+    before = _snapshot(files)
+    argv = ["--gpu", "sm_89", "--device", "cpu", "--study", str(files / (study or "bad.toml"))]
+    if study is None:
+        argv[-1] = "small"
+        (files / "small.toml").write_text(SMALL_STUDY.replace("RULE", "block_m > 0"))
+        argv[-1] = str(files / "small.toml")
+        before = _snapshot(files)
+    assert _code(sweep.main, argv) == 2
+    assert fragment in capsys.readouterr().err
+    assert _snapshot(files) == before
+
+
+def test_a_kernel_module_that_fails_as_it_loads_is_named_with_its_error(tmp_path, monkeypatch):
+    from tuner import kernels
+
+    (tmp_path / "fa2_user_kernel_that_raises.py").write_text("raise RuntimeError('the user module is broken')\n")
+    (tmp_path / "fa2_user_kernel_bad_syntax.py").write_text("def (:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module, fragment in (("fa2_user_kernel_that_raises", "RuntimeError: the user module is broken"),
+                             ("fa2_user_kernel_bad_syntax", "SyntaxError"), ("..", "nor a module path")):
+        with pytest.raises(kernels.KernelNotFound, match=fragment):
+            kernels.get(module)

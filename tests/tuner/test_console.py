@@ -78,3 +78,27 @@ def test_the_pipe_is_handled_in_a_real_command():
     process.stdout.close()
     err = process.stderr.read().decode()
     assert process.wait(120) in (0, BROKEN_PIPE) and "Traceback" not in err, err
+
+
+def test_a_database_locked_past_the_timeout_is_one_line_of_error(capsys):
+    from tuner.console import call
+
+    class OperationalError(Exception):
+        pass
+
+    def locked():
+        raise OperationalError("(sqlite3.OperationalError) database is locked\n[SQL: INSERT INTO fa2_studies]")
+
+    assert call(locked) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the database is locked by another process") and "INSERT" not in err
+
+    def other():
+        raise OperationalError("no such table: studies")
+
+    try:
+        call(other)
+    except OperationalError:
+        pass
+    else:
+        raise AssertionError("another database error must reach the caller")

@@ -49,11 +49,16 @@ def _module_kernels(module) -> list[TunableKernel]:
 def _load(path: str) -> None:
     """Import a user's kernel module (it exposes ``KERNEL``, or ``KERNELS`` for several passes)
     and register its kernels under the module's path."""
+    if path.startswith(".") or not all(part.isidentifier() for part in path.split(".")):
+        raise KernelNotFound(f"kernel {path!r} is not a registered kernel ({', '.join(registered())}) nor a module "
+                             f"path (dotted names, e.g. mypackage.my_kernel)")
     try:
         module = importlib.import_module(path)
     except ImportError as exc:
         raise KernelNotFound(f"kernel {path!r} is not a registered kernel ({', '.join(registered())}) nor an "
                              f"importable module exposing KERNEL ({exc})") from None
+    except Exception as exc:      # the user's module fails as it loads: its error, named, not a traceback
+        raise KernelNotFound(f"kernel module {path!r} failed to import: {type(exc).__name__}: {exc}") from None
     kernels = _module_kernels(module)
     if not kernels:
         raise KernelNotFound(f"module {path!r} has no KERNEL (a tuner.kernels.TunableKernel) nor KERNELS")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +41,9 @@ def parse_url(url: str) -> URL:
         parsed.get_backend_name()
     except Exception as exc:
         raise StoreError(f"{url!r} is not a database URL ({type(exc).__name__}); e.g. {DEFAULT_URL}") from None
+    if parsed.get_backend_name() == "sqlite" and (parsed.database or "").startswith("~"):
+        raise StoreError(f"{url!r}: SQLite does not expand '~' (it would make a folder named '~' here); write the "
+                         f"path in full, e.g. sqlite:///{os.path.expanduser(parsed.database)}")
     try:
         parsed.get_dialect()
     except Exception as exc:
@@ -50,8 +54,13 @@ def parse_url(url: str) -> URL:
 
 
 def in_memory(parsed: URL) -> bool:
-    """An SQLite database that lives in memory: everything in it is lost when the process ends."""
-    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+    """An SQLite database that lives in memory (``:memory:``, none named, or a URI with ``mode=memory`` or
+    ``file::memory:``): everything in it is lost when the process ends."""
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    database = parsed.database or ""
+    return (database in ("", ":memory:") or database.startswith("file::memory:")
+            or parsed.query.get("mode") == "memory" or "mode=memory" in database)
 
 
 def engine_options(url: str | URL) -> dict:
