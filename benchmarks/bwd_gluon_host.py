@@ -24,6 +24,7 @@ within one bf16 ulp (its fp32 TMA reduce-adds run in no fixed order); a mismatch
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import torch
 
@@ -116,3 +117,9 @@ def run_host(head_dims=None, causals=(False, True), lengths=(512,), markdown: st
 
     rows = host_report(host_row, host_table, lengths, head_dims or (64, 128), causals, markdown)
     return int(any(r["agrees"] is False for r in rows))
+
+
+if __name__ == "__main__":
+    print("benchmarks.bwd_gluon_host is run by `python -m benchmarks.bwd_gluon --host` (see its --help)",
+          file=sys.stderr)
+    sys.exit(2)

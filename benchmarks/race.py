@@ -222,3 +222,8 @@ def report(env_line: str, study_name: str, shape, gpu: str, results: dict) -> li
     lines += [f"The sweep {mode} knobs, its own split: {results[mode]['sweep_split']}" for mode in ("with", "without")
               if results[mode].get("sweep_split")]
     return lines
+
+
+if __name__ == "__main__":
+    print("benchmarks.race is run by `python -m benchmarks.search speed` (see its --help)", file=sys.stderr)
+    sys.exit(2)

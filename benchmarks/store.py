@@ -22,6 +22,7 @@ remains is the sweep's own overhead, and how well N workers overlap:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -31,6 +32,8 @@ from pathlib import Path
 from tuner.kernels.triton_fwd import KERNEL
 from tuner.search import SearchSession
 from tuner.store import Result, Store
+
+STUDIES = Path(__file__).resolve().parent.parent / "studies"
 
 SHAPES = 8      # rows per config, as the article study
 
@@ -89,7 +92,7 @@ class _StandInWorker:
         return {s.label: {"flash_ms": 1.0, "cudnn_ms": 0.8, "flash_host_us": 10.0, "cudnn_host_us": 10.0,
                           "timer": "stand-in"} for s in self.shapes}
 
-    def trial(self, config):
+    def trial(self, config, edges: bool = True):
         from tuner.outcome import ShapeOutcome, TrialOutcome
         from tuner.status import Status
 
@@ -114,14 +117,22 @@ def driver_wall_s(workers: int, trial_ms: float, gpu: str = "sm_89") -> float:
     _StandInWorker.trial_s = trial_ms / 1000
     real = driver.GpuWorker
     driver.GpuWorker = _StandInWorker
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"       # --device cpu asks for the interpreter; no kernel runs here
     try:
         with tempfile.TemporaryDirectory() as folder:
+            study = Path(folder) / "article.toml"      # in fp16: the sweep refuses bf16 on the interpreter
+            study.write_text((STUDIES / "article.toml").read_text().replace('"bf16"', '"fp16"'))
             started = time.perf_counter()
-            code = sweep.main(["--gpu", gpu, "--study", "article", "--sampler", "grid", "--device", "cpu",
+            code = sweep.main(["--gpu", gpu, "--study", str(study), "--sampler", "grid", "--device", "cpu",
                                "--workers", str(workers), "--no-outputs", "--out", folder])
             wall = time.perf_counter() - started
     finally:
         driver.GpuWorker = real
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
     if code != 0:
         raise RuntimeError(f"the sweep exited {code}")
     return wall
