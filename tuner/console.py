@@ -5,8 +5,8 @@ that cannot encode a character (a C locale: ``µs`` in a table) prints a stand-i
 ``UnicodeEncodeError``; a closed stdout or stderr (``2>&-``) becomes ``/dev/null``, for the command and the
 processes it starts; a reader that stops early (``| head -1``) ends the command quietly, with the exit
 code 141 a shell gives a program the pipe's signal ended (as ``yes | head -1`` does); an SQLite store
-another process keeps locked past the lock timeout is one line of error, exit 1. Plain Python, no
-project imports.
+another process keeps locked past the lock timeout is one line of error, exit 1; a Ctrl-C that no
+handler of the command's took ends it with one line and 130. Plain Python, no project imports.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import os
 import sys
 from collections.abc import Callable
 
-__all__ = ["BROKEN_PIPE", "call", "run", "settle_streams"]
+__all__ = ["BROKEN_PIPE", "INTERRUPTED", "call", "run", "settle_streams"]
 
 BROKEN_PIPE = 128 + 13          # 128 + SIGPIPE: what a shell reports for a program a closed pipe ended
+INTERRUPTED = 128 + 2           # 128 + SIGINT: a program Ctrl-C ended
 
 
 def settle_streams() -> None:
@@ -45,6 +46,9 @@ def call(main: Callable[..., int | None], *args) -> int:
     try:
         code = main(*args)
         sys.stdout.flush()
+    except KeyboardInterrupt:       # Ctrl-C where the command has no handler of its own: what was done is kept
+        print("\ninterrupted (Ctrl-C)", file=sys.stderr)
+        return INTERRUPTED
     except BrokenPipeError:
         # Python flushes stdout once more at exit, into the closed pipe: point it at /dev/null first.
         devnull = os.open(os.devnull, os.O_WRONLY)

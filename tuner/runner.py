@@ -361,15 +361,17 @@ class GpuWorker:
         return self.request("retime", (finalists, protocol), timeout_s=budget)
 
     def close(self) -> None:
-        if self.process is not None:
-            if self.process.is_alive():
-                with contextlib.suppress(OSError, BrokenPipeError):
-                    self.conn.send(None)
-                self.process.join(2)
-            if self.process.is_alive():
-                self.process.kill()
-                self.process.join(5)
-        self.process = None
-        if self.conn is not None:
-            self.conn.close()
-        self.conn = None
+        # Taken first, so that two closes at once (a second Ctrl-C closes from the main thread while a closing
+        # thread runs) each see a process or None, never one that the other cleared half way.
+        process, self.process = self.process, None
+        conn, self.conn = self.conn, None
+        if process is not None:
+            if process.is_alive():
+                with contextlib.suppress(OSError, BrokenPipeError, AttributeError):
+                    conn.send(None)
+                process.join(2)
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+        if conn is not None:
+            conn.close()

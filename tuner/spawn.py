@@ -20,10 +20,11 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 
-__all__ = ["EARLY_ENV", "ignore_interrupts", "sigint_blocked", "spawn_worker", "start_early", "start_early_for_sweep",
-           "visible_device"]
+__all__ = ["EARLY_ENV", "ignore_interrupts", "quiet_interrupt_while_starting", "sigint_blocked", "spawn_worker",
+           "start_early", "start_early_for_sweep", "visible_device"]
 
 _LOCK = threading.Lock()            # the environment a worker inherits is set around its start
 _EARLY: dict = {}                   # pin -> (process, conn): begun early, not yet handed its work
@@ -72,6 +73,17 @@ def sigint_blocked():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def quiet_interrupt_while_starting() -> None:
+    """A Ctrl-C before the sweep sets its own handler (while it imports torch, Triton, Optuna: seconds) ends
+    the process with 130 and one line, not a KeyboardInterrupt traceback from an import; nothing is
+    stored yet then. The sweep's run replaces this handler with its own (finish the trials in flight)."""
+    def stop(_signum, _frame):
+        print("\ninterrupted (Ctrl-C) while starting; nothing was stored", file=sys.stderr, flush=True)
+        raise SystemExit(130)
+
+    signal.signal(signal.SIGINT, stop)
 
 
 def ignore_interrupts() -> None:

@@ -15,8 +15,9 @@ import shlex
 import sys
 
 if __name__ == "__main__":      # first: the GPU worker's imports begin beside this module's (tuner.spawn)
-    from tuner.spawn import start_early_for_sweep
+    from tuner.spawn import quiet_interrupt_while_starting, start_early_for_sweep
 
+    quiet_interrupt_while_starting()       # seconds of imports: a Ctrl-C there ends the command, no traceback
     start_early_for_sweep(sys.argv[1:])
 
 import argparse

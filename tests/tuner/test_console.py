@@ -102,3 +102,33 @@ def test_a_database_locked_past_the_timeout_is_one_line_of_error(capsys):
         pass
     else:
         raise AssertionError("another database error must reach the caller")
+
+
+def test_a_ctrl_c_no_handler_took_ends_the_command_with_one_line_and_130(capsys):
+    from tuner.console import INTERRUPTED, call
+
+    def compiling():
+        raise KeyboardInterrupt
+
+    assert call(compiling) == INTERRUPTED == 130
+    assert capsys.readouterr().err.strip() == "interrupted (Ctrl-C)"
+
+
+def test_a_ctrl_c_while_the_sweep_still_imports_ends_it_quietly(tmp_path):
+    """SIGINT to the process group 0.3 s in: the sweep is importing torch and Triton (seconds)."""
+    import signal
+    import time
+
+    from conftest import TINY_STUDY
+
+    study = tmp_path / "tiny.toml"
+    study.write_text(TINY_STUDY)
+    process = subprocess.Popen([sys.executable, "-m", "tuner.sweep", "--gpu", "sm_89", "--study", str(study),
+                                "--device", "cpu", "--storage", f"sqlite:///{tmp_path / 'c.db'}", "--no-outputs"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, cwd=ROOT,
+                               env=_env(TRITON_INTERPRET="1"), text=True)
+    time.sleep(0.3)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in err, err
+    assert "interrupted (Ctrl-C) while starting" in err and not (tmp_path / "c.db").exists()
