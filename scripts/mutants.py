@@ -1,6 +1,6 @@
 """Mutation testing as a habit: realistic bugs put into the code one at a time, against the CPU suite.
 
-    python scripts/mutants.py [--group suite|newer|all] [--only NAME ...] [--markdown docs/results/DATE-mutants.md]
+    python scripts/mutants.py [--group suite|newer|hunt|all] [--only NAME ...] [--markdown docs/results/DATE-mutants.md]
 
 Each mutant is a one-place edit that a person could make by mistake (and that changes
 behaviour: a mutant no input can tell apart from the code is replaced, not counted); its text
@@ -9,7 +9,8 @@ cover its module run there (``-x``, stop at the first failure), and the mutant c
 when they fail. Every test set first runs on the unmutated copy and must pass. The repository
 itself is never modified. ``--group suite`` is the suite's own list, ``newer`` issue 23's bugs
 in the newer code (the backward, knobs and defaults, the kernel interface, the store's writes,
-the timing helpers, emit). Outside CI: a full run of ``suite`` takes about 20 minutes on 2 cores.
+the timing helpers, emit), ``hunt`` the 2026-12-03 hunt's in the code changed since 2026-12-01
+(scripts/mutants_hunt.py). Outside CI: a full run of ``suite`` takes about 20 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -116,9 +117,10 @@ MUTANTS = [
 ]
 
 
+from mutants_hunt import HUNTED  # noqa: E402 (beside this file)
 from mutants_newer import NEWER  # noqa: E402 (beside this file)
 
-GROUPS = {"suite": MUTANTS, "newer": NEWER, "all": MUTANTS + NEWER}
+GROUPS = {"suite": MUTANTS, "newer": NEWER, "hunt": HUNTED, "all": MUTANTS + NEWER + HUNTED}
 
 
 def _apply(mutant: tuple, copy: Path) -> None:

@@ -40,8 +40,6 @@ its definition, so that the store can refuse a different study that reuses a sto
 
 from __future__ import annotations
 
-import ast
-import functools
 import hashlib
 import itertools
 import json
@@ -53,6 +51,7 @@ from pathlib import Path
 
 from tuner import kernels
 from tuner.problem import DTYPE_BYTES, HEAD_DIMS, Problem
+from tuner.restrictions import RestrictionError, compiled, evaluate
 from tuner.space import SearchSpace
 
 if sys.version_info >= (3, 11):
@@ -138,7 +137,7 @@ class Study:
         names = {name: int(value) for name, value in asdict(config).items()} | {"head_dim": head_dim}
         for text in self.restrictions:
             try:
-                kept = _evaluate(text, names)
+                kept = evaluate(text, names)
             except Exception as exc:    # arithmetic only (vetted nodes): ZeroDivisionError and its kind
                 return f"restriction {text!r} raised {type(exc).__name__} at head_dim {head_dim}"
             if not kept:
@@ -352,7 +351,10 @@ def _space(table, where: str, kernel: kernels.TunableKernel) -> tuple[SearchSpac
         raise StudyError(f"{where}: [space] restrictions must be a list of strings such as \"block_m >= block_n\"")
     names = restriction_names(kernel)
     for text in restrictions:
-        _compiled(text, names, where)
+        try:
+            compiled(text, names, where)
+        except RestrictionError as exc:
+            raise StudyError(str(exc)) from None
     return kernel.space(**values), tuple(restrictions)
 
 
@@ -362,46 +364,3 @@ def _ranges(values) -> str:
     if len(values) <= 10:
         return str(values)
     return f"[{values[0]}, {values[1]}, {values[2]}, ..., {values[-1]}]"
-
-
-# ---------------------------------------------------------------------- restrictions
-
-MAX_RESTRICTION = 500      # characters: a rule over a handful of axes is far shorter
-_ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.BinOp,
-                  ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Compare, ast.Eq, ast.NotEq, ast.Lt,
-                  ast.LtE, ast.Gt, ast.GtE, ast.Name, ast.Load, ast.Constant)
-
-
-def _parse_restriction(text: str, names: tuple[str, ...], where: str = "") -> ast.Expression:
-    """Parse a restriction: arithmetic and comparisons over the config's names, nothing else."""
-    if len(text) > MAX_RESTRICTION:
-        raise StudyError(f"{where}: [space] restriction {text[:40]!r}... is {len(text)} characters long; a restriction "
-                         f"is at most {MAX_RESTRICTION}")
-    try:
-        tree = ast.parse(text, mode="eval")
-    except (SyntaxError, MemoryError, RecursionError):      # the last two: nested too deep for the parser
-        raise StudyError(f"{where}: [space] restriction {text!r:.80} is not a valid expression") from None
-    for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED_NODES):
-            raise StudyError(f"{where}: [space] restriction {text!r} uses {type(node).__name__}; only arithmetic "
-                             f"(+ - * // %), comparisons, and/or/not over {', '.join(names)} are allowed")
-        if isinstance(node, ast.Name) and node.id not in names:
-            raise StudyError(f"{where}: [space] restriction {text!r} names {node.id!r}; use {', '.join(names)}")
-        if isinstance(node, ast.Constant) and (not isinstance(node.value, int) or isinstance(node.value, bool)):
-            raise StudyError(f"{where}: [space] restriction {text!r}: only integer constants are allowed")
-    return tree
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(text: str, names: tuple[str, ...], where: str = ""):
-    """A restriction parsed, vetted and compiled once (a sweep judges thousands of configs)."""
-    tree = _parse_restriction(text, names, where)
-    try:
-        return compile(tree, "<restriction>", "eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        raise StudyError(f"{where}: [space] restriction {text!r} cannot be compiled ({type(exc).__name__})") from None
-
-
-def _evaluate(text: str, names: dict[str, int]) -> bool:
-    """The restriction's value for one config; raises what the arithmetic raises (e.g. ZeroDivisionError)."""
-    return bool(eval(_compiled(text, tuple(names)), {"__builtins__": {}}, names))  # noqa: S307 (vetted nodes only)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuner.sweep import _workers
+from tuner.sweep_args import workers_for as _workers
 
 
 @pytest.mark.parametrize("workers", [2, 3])
