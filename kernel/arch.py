@@ -70,9 +70,10 @@ def interpreting() -> bool:
     reads the variable ("1", "true", "on", "yes", "y" in any case; anything else, "false" or "2" too, is off)."""
     try:
         from triton import knobs
-    except ImportError:      # a Triton before knobs (3.4): the same reading
+
+        return bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):      # a Triton before knobs (3.4): the same reading
         return os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes", "y")
-    return bool(knobs.runtime.interpret)
 
 
 def device_capability() -> int:

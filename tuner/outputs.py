@@ -26,7 +26,8 @@ def budget_only_ending(args, ctx: RunContext, db: Store, counts) -> str:
         f"same command on a machine with the GPU (--gpu {ctx.target.name}, or --gpu auto there), with this database "
         f"copied along or --storage naming one both machines reach.",
         f"Results: {db.url}; the verdicts are also the Optuna study {optuna_study_name(ctx)!r} "
-        f"(optuna-dashboard {db.url}): fits are COMPLETE trials valued by the shared memory they use, rejections "
+        f"(pip install optuna-dashboard && optuna-dashboard {db.url}): fits are COMPLETE trials valued by the "
+        f"shared memory they use, rejections "
         f"PRUNED, compile errors FAIL, each with its reason."])
 
 

@@ -173,3 +173,13 @@ def test_budget_says_what_its_limit_column_is(capsys):
     static = 232448 - limits.pop()
     assert static > 0, out
     assert f"less the static shared memory the compiled cubin declares itself ({static} B" in out
+
+
+def test_the_dashboard_on_an_empty_store_advises_a_sweep_into_that_store(tmp_path, capsys):
+    from tuner import dashboard
+
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store(url).engine.dispose()
+    assert dashboard.main(["--storage", url, "--out", str(tmp_path / "pages")]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    check_advice(err, "article", "sm_89", url)

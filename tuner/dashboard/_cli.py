@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -34,7 +35,9 @@ def main(argv=None) -> int:
     except StoreError as exc:
         return usage_error(parser, f"--storage: {exc}")
     if not present:
-        return usage_error(parser, f"{args.storage} has no results; run python -m tuner.sweep first")
+        return usage_error(parser, f"{args.storage} has no results yet; a sweep stores them there: "
+                                   f"python -m tuner.sweep --gpu sm_89 --storage {shlex.quote(args.storage)} "
+                                   "(--gpu: your target)")
     unknown = sorted(set(args.study or []) - set(present))
     if unknown:
         return usage_error(parser, f"--study {unknown[0]!r} is not in the store; it has {', '.join(present)}")

@@ -226,8 +226,8 @@ class Store:
         # ours: a store's tables, or an Optuna storage's (the sweep shares its study by design)
         ours = any(name.startswith("fa2_") for name in present) or present >= OPTUNA_TABLES
         if not create and not set(TABLES) <= present:
-            raise StoreError(f"{url}: not an fa2-tuner store (no {', '.join(TABLES)} tables); "
-                             f"run python -m tuner.sweep with --storage {url} first")
+            raise StoreError(f"{url}: not an fa2-tuner store (no {', '.join(TABLES)} tables); give the database a "
+                             f"sweep wrote (python -m tuner.sweep writes {DEFAULT_URL} by default)")
         if present and not ours and not adopt:
             shown = ", ".join(sorted(present)[:5]) + (", ..." if len(present) > 5 else "")
             raise StoreError(f"{url}: holds {len(present)} table(s) of something else ({shown}) and none of "
