@@ -193,7 +193,7 @@ def _read(name_or_path: str) -> tuple[str, str]:
                          f"({', '.join(shipped())})")
     if path.exists():
         try:
-            return str(path), path.read_bytes().decode("utf-8")
+            return str(path), path.read_bytes().decode("utf-8-sig")     # a byte-order mark (Notepad) dropped
         except UnicodeDecodeError:
             raise StudyError(f"{path}: not a text file (not UTF-8); a study is a TOML file") from None
         except OSError as exc:

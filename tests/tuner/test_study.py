@@ -121,3 +121,11 @@ def test_fingerprint_follows_the_definition_not_the_comments(tmp_path, tiny):
     changed = tmp_path / "changed.toml"
     changed.write_text(tiny.read_text().replace("n = 64", "n = 128"))
     assert load(str(changed)).fingerprint != base
+
+
+def test_a_study_file_with_a_utf8_bom_reads_as_without_it(tmp_path, tiny):
+    """Windows editors (Notepad) save UTF-8 with a byte-order mark; TOML parsers stop at it."""
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + tiny.read_bytes())
+    study = load(str(bom))
+    assert (study.name, study.fingerprint) == ("tiny", load(str(tiny)).fingerprint)
