@@ -95,7 +95,9 @@ def verdict(config, problem: Problem, gpu: GpuSpec, info: CompileInfo | None) ->
     model = kernel.model_smem_bytes(config, problem, gpu)
     limit = smem_limit(info, gpu)
     base = dict(config=config, target=gpu.name, model_bytes=model, limit_bytes=limit)
-    why_not = kernel.restriction(config, problem.head_dim) or outside_allowed(config)
+    # A field outside the kernel's values first, named with them (the kernel's API refuses it so): its rules
+    # judge only configs it could run (maxnreg 7 is invalid, not over a register cap of 7).
+    why_not = outside_allowed(config) or kernel.restriction(config, problem.head_dim)
     if why_not:
         kind = Status.OVER_REGISTERS if why_not.startswith("registers") else Status.INVALID
         return BudgetResult(verdict=kind, reason=why_not, **base)

@@ -66,7 +66,7 @@ LIMIT = 101376          # sm_89's opt-in shared memory per block
      "spills 8 B"),
     (Config(64, 64, 4, 2), CompileInfo(error="PTXASError: Insufficient registers"), Status.COMPILE_ERROR,
      "Insufficient registers"),
-    (Config(256, 256, 64, 1), None, Status.INVALID, "threads"),
+    (Config(256, 256, 64, 1), None, Status.INVALID, "num_warps=64 is not allowed (powers of two only); use one of"),
     (Config(256, 256, 1, 1), None, Status.OVER_REGISTERS, "registers: S and O"),
     (Config(16, 16, 16, 1), None, Status.INVALID, "warps"),
 ])
@@ -190,7 +190,9 @@ def test_cli_single_config_json(capsys):
 def test_cli_names_too_many_threads_not_registers(capsys):
     assert budget_main(["--gpu", "sm_89", "--config", "256,256,64,1", "--model-only"]) == 0
     line = [ln for ln in capsys.readouterr().out.splitlines() if "256x256_w64_s1" in ln][0]
-    assert "invalid: threads: 64 warps are 2048 threads per block > 1024" in line
+    # 64 warps are outside the kernel's values, which the verdict names first (its thread rule: restriction())
+    assert "invalid: num_warps=64 is not allowed (powers of two only); use one of 1, 2, 4, 8, 16" in line
+    assert "registers" not in line
 
 
 # ------------------------------------------------------------------------------- GPU only
@@ -303,3 +305,18 @@ def test_the_compile_sees_the_knobs(tmp_path, monkeypatch):
     # persistent 1 and 2 compile to one cubin, but launch different grids: never "the same binary"
     assert len(set(binaries)) == 5
     assert results[3].registers <= 168 < results[0].registers
+
+
+@pytest.mark.parametrize("config, fragment", [
+    ("64x64_w4_s2_r7", "maxnreg=7 is not allowed; use one of 0, 24, 32, ..., 248"),
+    ("99999999999999999999,64,4,2", "block_m=99999999999999999999 is not allowed (powers of two only); use one of "
+                                    "16, 32, 64, 128, 256"),
+])
+def test_a_config_outside_the_kernels_values_is_invalid_naming_the_field(config, fragment, capsys):
+    """As the kernel API refuses it (ValueError naming the field), not a register verdict its rules reach first."""
+    result = budget.verdict(Config.parse(config), Problem(head_dim=16, dtype="fp32"), SM89, None)
+    assert result.verdict == Status.INVALID and result.reason.startswith(fragment), result
+    assert budget_main(["--gpu", "sm_89", "--head-dim", "16", "--dtype", "fp32", "--model-only",
+                        "--config", config]) == 0
+    out = capsys.readouterr().out
+    assert f"invalid: {fragment}" in out and "over_registers" not in out, out
