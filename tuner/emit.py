@@ -230,7 +230,7 @@ def main(argv=None) -> int:
                                        "visible here; leave it out to write the list alone")
     command = " ".join(["python -m tuner.emit", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     try:
-        db = Store(args.storage, create=False)
+        db = Store(args.storage, create=False, reads_only=True)      # a read-only mount will do
         emitted = emit(db, study, target, args.gpu_used, args.top, command)
     except (StoreError, EmitError) as exc:
         return usage_error(parser, str(exc))

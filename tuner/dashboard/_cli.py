@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     if args.out.exists() and not args.out.is_dir():
         return usage_error(parser, f"--out {str(args.out)!r} is a file; give a folder (it is created if missing)")
     try:
-        db = Store(args.storage, create=False)
+        db = Store(args.storage, create=False, reads_only=True)      # a read-only mount will do
         present = sorted({r.study for r in db.results()})
     except StoreError as exc:
         return usage_error(parser, f"--storage: {exc}")

@@ -15,7 +15,8 @@ at the same URL) sit beside them:
 Every result is committed on its own (:meth:`Store.session`), so a crash loses at most
 the trial in flight. ``pct_flash`` is 100 x SDPA-flash time / our time: above 100 is
 faster than SDPA. Readers open a store with ``create=False``: a mistyped path is an
-error, never a new empty database.
+error, never a new empty database; those that only read (emit, the dashboard) add
+``reads_only=True``, and read an SQLite file they cannot write (a read-only mount) read-only.
 """
 
 from tuner.store._runs import INTERRUPTED, RunHeartbeat, mark_gone_runs, pid_alive, run_gone

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import create_engine, delete, event, inspect, select
+from sqlalchemy import create_engine, delete, inspect, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
+from tuner.store._sqlite import cannot_read, commit_without_fsync, read_only_engine, stale_schema, unwritable_file
 from tuner.store._tables import CONFIG_KEY_LENGTH, TABLES, Base, Finalist, Profile, Result, Run, StudyRecord, now
 
 T = TypeVar("T")
@@ -88,28 +88,6 @@ def _add_missing_columns(connection) -> None:
                                        f"VARCHAR({CONFIG_KEY_LENGTH})")
 
 
-def _sqlite_commits_without_fsync(dbapi_connection, _record) -> None:
-    """Each connection of an engine on SQLite in WAL mode (the files the store creates): NORMAL
-    synchronisation makes a commit durable against a crash or ``kill -9`` of the process, not
-    against the machine losing power, and saves an fsync per commit. A sweep makes about ten
-    commits per trial on its engine and, through Optuna, one per parameter asked. A file in
-    another journal mode (one we did not create) keeps SQLite's default, FULL: NORMAL is safe
-    only with the write-ahead log."""
-    if isinstance(dbapi_connection, sqlite3.Connection):
-        cursor = dbapi_connection.cursor()
-        if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
-            cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-
-def commit_without_fsync(engine) -> None:
-    """Listen for :func:`_sqlite_commits_without_fsync` on ``engine`` (Optuna's, too), and drop the
-    connections it already holds so that every one gets it."""
-    if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _sqlite_commits_without_fsync)
-        engine.dispose()
-
-
 def retrying(action: Callable[[int], T], transient: Callable[[Exception], bool], attempts: int = 5,
              pause_s: float = 0.2) -> T:
     """``action(attempt)``, run again after a growing pause while it raises an error that
@@ -138,7 +116,7 @@ def _transient(exc: Exception) -> bool:
         word in text for word in ("deadlock", "could not serialize", "database is locked"))
 
 
-def _check_sqlite(engine) -> None:
+def _check_sqlite(engine, url=None) -> None:
     """An existing SQLite file, read through before anything is written to it: a header that
     opens over pages that are garbage ("database disk image is malformed" in the middle of a
     sweep) is refused now, with SQLite's first complaint. Reads only; ``quick_check`` is linear
@@ -147,8 +125,8 @@ def _check_sqlite(engine) -> None:
         found = [row[0] for row in connection.exec_driver_sql("PRAGMA quick_check(1)")]
     if found != ["ok"]:
         said = " ".join(" ".join(found).replace("*** in database main ***", "").split())   # one line
-        raise StoreError(f"{engine.url}: cannot open: the database is corrupt (SQLite's quick_check: {said[:200]}); "
-                         f"restore it from a copy or give another --storage")
+        raise StoreError(f"{url or engine.url}: cannot open: the database is corrupt (SQLite's quick_check: "
+                         f"{said[:200]}); restore it from a copy or give another --storage")
 
 
 DDL_LOCK = 0x6661327475   # "fa2tu": PostgreSQL advisory lock that serialises table creation across hosts
@@ -173,6 +151,11 @@ def _create_tables(engine) -> None:
              and lost_race(exc))
 
 
+def _not_a_store(url: str) -> str:
+    return (f"{url}: not an fa2-tuner store (no {', '.join(TABLES)} tables); give the database a sweep wrote "
+            f"(python -m tuner.sweep writes {DEFAULT_URL} by default)")
+
+
 class Store:
     """A database of studies, runs, baselines, results and finalists.
 
@@ -184,18 +167,25 @@ class Store:
         adopt: add our tables to a database that holds other tables and none of ours (a
             writer otherwise refuses it: ``--storage-init``). Its journal mode is left as it is:
             write-ahead logging is switched on only in a SQLite file this store creates.
+        reads_only: the caller only reads (emit, the dashboard): an SQLite file this process cannot
+            write (a read-only mount or file) is opened read-only (:mod:`tuner.store._sqlite`),
+            and :attr:`read_only` says so.
 
     Raises:
         StoreError: the URL names no usable store (missing, corrupt, someone else's); the
             message says why. Nothing has been written to it then.
     """
 
-    def __init__(self, url: str = DEFAULT_URL, create: bool = True, adopt: bool = False):
+    def __init__(self, url: str = DEFAULT_URL, create: bool = True, adopt: bool = False, reads_only: bool = False):
         self.url = url
         parsed = parse_url(url)
         file = parsed.database if parsed.get_backend_name() == "sqlite" and not in_memory(parsed) else None
         if file and not create and not Path(file).is_file():
             raise StoreError(f"{url}: no such database file {file!r}")
+        self.read_only = bool(file) and reads_only and not create and unwritable_file(file) is not None
+        if self.read_only:
+            self._open_read_only(url, file)
+            return
         new_file = bool(file) and (not Path(file).is_file() or Path(file).stat().st_size == 0)
         if file and create:
             try:
@@ -218,6 +208,19 @@ class Store:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise StoreError(f"{url}: cannot open: {type(exc).__name__}: {detail[:300]}") from None
 
+    def _open_read_only(self, url: str, file: str) -> None:
+        """A file this process cannot write, for a reader: read as it is, or refused saying why."""
+        try:
+            self.engine = read_only_engine(file, SQLITE_LOCK_TIMEOUT_S)
+            _check_sqlite(self.engine, url)
+            stale, problem = stale_schema(self.engine, url, file)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(cannot_read(url, file, exc)) from None
+        if problem:
+            raise StoreError(_not_a_store(url) if set(TABLES) & set(stale) else problem)
+
     def _open(self, url: str, create: bool, adopt: bool) -> None:
         """Make the tables (a writer), or check they are there (a reader); either way add what
         an older fa2-tuner's store lacks (tables, nullable columns, wider keys). A database
@@ -226,8 +229,7 @@ class Store:
         # ours: a store's tables, or an Optuna storage's (the sweep shares its study by design)
         ours = any(name.startswith("fa2_") for name in present) or present >= OPTUNA_TABLES
         if not create and not set(TABLES) <= present:
-            raise StoreError(f"{url}: not an fa2-tuner store (no {', '.join(TABLES)} tables); give the database a "
-                             f"sweep wrote (python -m tuner.sweep writes {DEFAULT_URL} by default)")
+            raise StoreError(_not_a_store(url))
         if present and not ours and not adopt:
             shown = ", ".join(sorted(present)[:5]) + (", ..." if len(present) > 5 else "")
             raise StoreError(f"{url}: holds {len(present)} table(s) of something else ({shown}) and none of "
