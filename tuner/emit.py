@@ -162,8 +162,14 @@ def emit(db: Store, study: Study, target: GpuSpec, gpu_used: str | None = None, 
             with the most timed configs).
 
     Raises:
-        EmitError: nothing timed, an unknown ``gpu_used``, or a config over the budget.
+        EmitError: the store's study of that name is another (its fingerprint differs), nothing
+            timed, an unknown ``gpu_used``, or a config over the budget.
     """
+    stored = db.stored_study(study.name)
+    if stored is not None and stored.fingerprint != study.fingerprint:      # as the sweep refuses it
+        raise EmitError(f"{study.path} is named {study.name!r}, but {db.url} holds a different study under that "
+                        f"name (swept from {stored.path}); give --study the file that sweep was given, or the "
+                        f"--storage this study was swept into")
     try:
         gpu, rows = winners.measured_on(db.results(study.name, target.name), gpu_used)
     except ValueError as exc:

@@ -155,3 +155,23 @@ def test_the_smem_comment_gives_each_head_dims_figure_where_they_differ():
     assert smem_note(rows((128, 180516), (64, 98596), (64, 98596))) == "98596 B at D=64, 180516 B at D=128"
     assert smem_note(rows((64, 24576), (64, 24576))) == "24576 B"
     assert smem_note(rows((64, None))) == "None B"
+
+
+def test_emit_refuses_a_study_file_other_than_the_one_the_store_was_swept_with(hand_store, tmp_path, capsys):
+    """As the sweep refuses it: a study of that name whose definition differs is another study, not its list."""
+    study = tmp_path / "hand.toml"
+    study.write_text('name = "hand"\n[problem]\nbatch = 1\nheads = 2\nn = 128\ncausal = [false, true]\n')
+    db = hand_store()
+    db.claim_study("hand", "0123456789abcdef", "elsewhere/hand.toml")
+    assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url,
+                      "--out", str(tmp_path / "c.py")]) == 2
+    err = capsys.readouterr().err
+    assert f"{study} is named 'hand', but {db.url} holds a different study under that name" in err, err
+    assert "(swept from elsewhere/hand.toml)" in err and not (tmp_path / "c.py").exists()
+    from tuner.store import StudyRecord
+    from tuner.study import load
+
+    with db.session() as session:       # the same definition, claimed from another path: the same study
+        session.get(StudyRecord, "hand").fingerprint = load(str(study)).fingerprint
+    assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url,
+                      "--out", str(tmp_path / "c.py")]) == 0

@@ -327,6 +327,11 @@ class Store:
 
         return retrying(claim, lambda exc: isinstance(exc, IntegrityError), attempts=2, pause_s=0.0)
 
+    def stored_study(self, name: str) -> StudyRecord | None:
+        """The study a sweep stored under ``name`` (its fingerprint and file); None where none did."""
+        with self.session() as session:
+            return session.get(StudyRecord, name)
+
     def runs(self, study: str | None = None) -> list[Run]:
         query = select(Run) if study is None else select(Run).where(Run.study == study)
         with self.session() as session:
