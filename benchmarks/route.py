@@ -1,14 +1,14 @@
-"""The measured route: our kernels against each other and SDPA over a grid of shapes, and the table the
+"""The measured route: our candidates against each other and SDPA over a grid of shapes, and the table the
 default call reads (issue 39).
 
 For every (pass, head dim, causal, length N, batch x heads) of the grid, the candidates of a default
-call (the Triton kernel at its default config, named; the Gluon kernel at its default; the default
-call as it routes today) and SDPA's flash and cuDNN backends are timed together in rotating rounds,
-each paired with cuDNN in its windows (:func:`kernel.measure.retime.paired_together`). The faster
-of our two kernels (by the paired ratio) is the bucket's entry of the route table; ``--table``
-writes the table as a Python module (``kernel/route_table.py`` is the one the default call reads),
-its docstring naming this command, the GPU, the versions and the date, and ``--markdown`` the
-report (every ratio, and the route each shape took).
+call (:mod:`kernel.candidates`: each of our kernels at its default config, and at short lengths the
+tiles that waste less past the end; the default call as it routes today) and SDPA's flash and cuDNN
+backends are timed together in rotating rounds, each paired with cuDNN in its windows
+(:func:`kernel.measure.retime.paired_together`). The fastest candidate (by the paired ratio) is the
+bucket's entry of the route table; ``--table`` writes the table as a Python module
+(``kernel/route_table.py`` is the one the default call reads), its docstring naming this command, the
+GPU, the versions and the date, and ``--markdown`` the report (every ratio, and the route each shape took).
 
     python -m benchmarks.route                                   # the whole grid, both passes
     python -m benchmarks.route --pass fwd --n 512 --n 1024 --bh 4x8
@@ -34,22 +34,73 @@ BATCH_HEADS = ((4, 8), (16, 16), (32, 16))       # B x H: 32, 256 and 512 heads'
 # and each of those shapes would take minutes to time.
 WIDE_UP_TO = {(32, 16): 4096}
 HEAD_DIMS = (64, 128)
-OURS = {"fwd": ("triton", "ws"), "bwd": ("triton", "gluon")}
-ROUND_OFF = 0.01          # a candidate within 1% of the other is a tie: the table keeps the Triton kernel
+# The candidates timed (kernel.candidates), Triton's first: each kernel at its default config everywhere, the
+# short-length tiles (fewer rows wasted past the end, more programs) only up to SHORT_UP_TO, where a default
+# tuned at N=4096 loses most (docs/results/2026-12-03-h200-route.md). The pipelined Gluon forward is left out:
+# ws ran ahead of it at every length measured (docs/results/2026-12-01-h200-gluon.md).
+OURS = {"fwd": ("triton", "triton_64x64", "ws", "ws_128", "ws_64"), "bwd": ("triton", "gluon", "gluon_1c")}
+SHORT_ONLY = frozenset({"triton_64x64", "ws_128", "ws_64", "gluon_1c"})
+SHORT_UP_TO = 2048
+ROUND_OFF = 0.01          # a candidate within 1% of the Triton kernel is a tie: the table keeps the Triton kernel
+
+
+def timed_candidates(pass_: str, n: int, head_dim: int, causal: bool) -> dict[str, dict]:
+    """name -> the config it runs, of the candidates timed at this shape: :data:`SHORT_ONLY` ones only up to
+    :data:`SHORT_UP_TO`, and none that runs the same config as one before it (``ws_128`` is D=128's ``ws``)."""
+    from kernel.candidates import candidates
+
+    chosen, seen = {}, []
+    for name in OURS[pass_]:
+        if name in SHORT_ONLY and n > SHORT_UP_TO:
+            continue
+        config = resolved(pass_, name, head_dim, causal)
+        if (candidates(pass_)[name].kernel, config) not in seen:
+            seen.append((candidates(pass_)[name].kernel, config))
+            chosen[name] = config
+    return chosen
+
+
+def resolved(pass_: str, name: str, head_dim: int, causal: bool) -> dict:
+    """The whole config candidate ``name`` runs at this head dim and mask on sm_90 (its knobs over the default)."""
+    from dataclasses import asdict, replace
+
+    from kernel.candidates import candidates
+    from kernel.triton.defaults import default_bwd_config, default_config
+
+    candidate = candidates(pass_)[name]
+    if pass_ == "fwd" and not candidate.gluon:
+        return default_config(head_dim, causal, 90) | candidate.settings
+    if pass_ == "fwd":
+        from kernel.gluon.fwd.launch import config_from
+
+        return asdict(config_from(candidate.kernel, head_dim, causal, candidate.settings))
+    if not candidate.gluon:
+        return asdict(default_bwd_config(head_dim, causal, 90))
+    from kernel.route import GLUON_BWD_ROUTES
+
+    return asdict(replace(GLUON_BWD_ROUTES[(head_dim, causal)], **candidate.settings))
 
 
 def forward_calls(batch: int, heads: int, n: int, head_dim: int, causal: bool) -> tuple[dict, dict]:
-    """(name -> calls over the input sets, name -> SDPA pin) of the forward's candidates on one shape."""
+    """(name -> calls over the input sets, name -> SDPA pin) of the forward's candidates on one shape
+    (:func:`timed_candidates`), the default call and SDPA's backends."""
     from benchmarks.gluon import make_sets, set_calls
+    from kernel.candidates import FORWARD
     from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
     from kernel.measure.timing import runs, sdpa_backends
     from kernel.triton.defaults import default_config
 
     sets = make_sets(batch, heads, n, head_dim, torch.bfloat16)
-    calls = {"triton": set_calls(sets, causal, default_config(head_dim, causal)),
-             "ws": [lambda s=s: flash_attn_fwd_gluon(s[0], s[1], s[2], causal, variant="ws", out=s[3], lse=s[4])
-                    for s in sets],
-             "default": set_calls(sets, causal, {})}
+    calls = {}
+    for name in timed_candidates("fwd", n, head_dim, causal):
+        candidate = FORWARD[name]
+        if candidate.gluon:
+            calls[name] = [lambda s=s, c=candidate: flash_attn_fwd_gluon(s[0], s[1], s[2], causal, variant=c.kernel,
+                                                                         **c.settings, out=s[3], lse=s[4])
+                           for s in sets]
+        else:
+            calls[name] = set_calls(sets, causal, default_config(head_dim, causal) | candidate.settings)
+    calls["default"] = set_calls(sets, causal, {})
     pins = {}
     for name, pinned in sdpa_backends([s[:3] for s in sets], causal).items():
         if runs(pinned):
@@ -58,22 +109,24 @@ def forward_calls(batch: int, heads: int, n: int, head_dim: int, causal: bool) -
 
 
 def backward_calls(batch: int, heads: int, n: int, head_dim: int, causal: bool) -> tuple[dict, dict]:
-    """The same for the backward: the Triton backward at its default config, the Gluon backward at its
-    defaults, the default call, and SDPA's backward by backend."""
+    """The same for the backward: the candidates (the Triton backward at its default config, the Gluon
+    backward at its defaults and knobs), the default call, and SDPA's backward by backend."""
     from benchmarks.bwd import make_sets
     from benchmarks.bwd_gluon import _gluon_calls, _triton_calls
     from kernel import flash_attn_bwd
+    from kernel.candidates import BACKWARD
     from kernel.measure.timing import runs
-    from tuner.kernels.triton_bwd import KERNEL as BACKWARD
+    from tuner.kernels.triton_bwd import KERNEL as TUNED_BACKWARD
     from tuner.problem import Problem
 
     problem = Problem(batch=batch, heads=heads, n_q=n, n_k=n, head_dim=head_dim, dtype="bf16", causal=causal)
     sets = make_sets(problem)
-    calls = {"triton": _triton_calls(sets, causal), "gluon": _gluon_calls(sets, causal, {}),
-             "default": [lambda s=s: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal)
-                         for s in sets]}
+    calls = {name: _gluon_calls(sets, causal, BACKWARD[name].settings) if BACKWARD[name].gluon
+             else _triton_calls(sets, causal) for name in timed_candidates("bwd", n, head_dim, causal)}
+    calls["default"] = [lambda s=s: flash_attn_bwd(s["dout"], s["q"], s["k"], s["v"], s["out"], s["lse"], causal)
+                        for s in sets]
     pins = {}
-    for name, pinned in BACKWARD.baselines(sets, problem).items():
+    for name, pinned in TUNED_BACKWARD.baselines(sets, problem).items():
         if runs(pinned):
             pins[name], calls[name] = pinned
     return calls, pins
@@ -99,14 +152,14 @@ def measure(pass_: str, batch: int, heads: int, n: int, head_dim: int, causal: b
             row["notes"][name] = first_line(exc)
             settle()
     row["ms"], row["vs_cudnn"] = paired_together(calls, pins, "cudnn")
-    timed = {name: row["vs_cudnn"].get(name) for name in OURS[pass_] if row["vs_cudnn"].get(name)}
+    timed = {name: row["vs_cudnn"][name] for name in OURS[pass_] if row["vs_cudnn"].get(name)}
     row["winner"] = winner(timed)
     return row
 
 
 def winner(ratios: dict[str, float]) -> str | None:
-    """The faster of our kernels by the paired ratio (higher is faster); within :data:`ROUND_OFF` the
-    Triton kernel, so that noise never flips a bucket to the specialised kernel."""
+    """The fastest of our candidates by the paired ratio (higher is faster); within :data:`ROUND_OFF` of the
+    Triton kernel at its default the Triton kernel, so that noise never flips a bucket to another candidate."""
     if not ratios:
         return None
     best = max(sorted(ratios), key=ratios.get)
@@ -120,13 +173,14 @@ def table_source(rows: list[dict], env: dict, command: str) -> str:
     lines = ['"""The measured route: which kernel a default call runs, by pass, head dim, causal, length and',
              "batch x heads (read by kernel/route.py; regenerate it for your GPU with the command below).", "",
              f"Measured by ``{command}``", f"on {env['gpu']}, torch {env['torch']}, Triton {env['triton']}, "
-             f"{env['date']}.", "Each entry is the faster of our two kernels there, timed side by side with "
-             "SDPA-cuDNN", "(paired rounds); the comment gives each one's speed as a ratio to cuDNN's.", '"""',
+             f"{env['date']}.", "Each entry is the fastest of our candidates there (kernel/candidates.py), timed "
+             "side by side", "with SDPA-cuDNN (paired rounds); the comment gives each one's speed as a ratio to "
+             "cuDNN's.", '"""',
              "", "MEASURED = {", f"    \"command\": {command!r},", f"    \"gpu\": {env['gpu']!r},",
              f"    \"torch\": {env['torch']!r},", f"    \"triton\": {env['triton']!r},",
              f"    \"date\": {env['date']!r},", "}", ""]
     for pass_, name in (("fwd", "FORWARD"), ("bwd", "BACKWARD")):
-        lines.append(f"{name} = {{   # (head dim, causal, length, batch x heads) -> kernel")
+        lines.append(f"{name} = {{   # (head dim, causal, length, batch x heads) -> candidate")
         for r in sorted((r for r in rows if r["pass_"] == pass_ and r.get("winner")),
                         key=lambda r: (r["D"], r["causal"], r["N"], r["B"] * r["H"])):
             ratios = ", ".join(f"{k} {r['vs_cudnn'][k]:.2f}" for k in OURS[pass_] if r["vs_cudnn"].get(k))
@@ -146,15 +200,16 @@ def report(rows: list[dict], env_line: str, command: str) -> str:
     out = [f"{env_line}", "", f"Command: `{command}`", "",
            "Ratios are SDPA-cuDNN's time over the candidate's, paired in the same windows (above 1 is faster "
            "than cuDNN); `flash` is SDPA-flash's. `default` is the default call as routed in this run.", "",
-           "| pass | shape | triton | gluon | default | flash | winner | default / best of ours | notes |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| pass | shape | ours | default | flash | winner | default / best of ours | notes |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        ours = [r["vs_cudnn"].get(name) for name in OURS[r["pass_"]]]
-        best = max((x for x in ours if x), default=None)
+        ours = {name: r["vs_cudnn"][name] for name in OURS[r["pass_"]] if r["vs_cudnn"].get(name)}
+        best = max(ours.values(), default=None)
         default = r["vs_cudnn"].get("default")
         shape = f"B{r['B']} H{r['H']} N{r['N']} D{r['D']}{' causal' if r['causal'] else ''}"
         notes = "; ".join(f"{k}: {v}" for k, v in r["notes"].items())
-        out.append(f"| {r['pass_']} | {shape} | {_fmt(ours[0])} | {_fmt(ours[1])} | {_fmt(default)} | "
+        cell = ", ".join(f"{name} {_fmt(ratio)}" for name, ratio in ours.items()) or "n/a"
+        out.append(f"| {r['pass_']} | {shape} | {cell} | {_fmt(default)} | "
                    f"{_fmt(r['vs_cudnn'].get('flash'))} | {r.get('winner') or 'n/a'} | "
                    f"{_fmt(default / best) if default and best else 'n/a'} | {notes} |")
     return "\n".join(out) + "\n"

@@ -10,7 +10,8 @@ The module map (the one place it is written; tests/test_imports.py checks the im
 
 ``kernel/`` (the entry points and what every kernel shares)
     ``forward``, ``backward``, ``autograd``: the public entry points; ``route``: which kernel a
-    call that names no config runs, both passes; ``arch``: what the GPU is and can do (Hopper,
+    call that names no config runs, both passes, by ``route_table`` (measured per bucket) of
+    ``candidates`` (each of our kernels at a named config); ``arch``: what the GPU is and can do (Hopper,
     TMA, shared memory), asked by every other module; ``checks``: the inputs and outputs the
     launchers accept; ``reference``: float64 references and the accuracy rule.
 ``kernel/triton/`` (the portable path: every GPU, every Triton; never imports Gluon)

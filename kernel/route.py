@@ -9,9 +9,10 @@ One rule per pass, each a table, built the same way:
   call runs (:mod:`kernel.gluon.bwd.launch`), through :class:`GluonBwdRoute`.
 
 Within a (head dim, causal) pair the tables route, :mod:`kernel.route_table` decides by the call's
-length and batch x heads: the faster of the Triton and the Gluon kernel there, as measured on the GPU
-it names (:func:`measured_kernel`; ``python -m benchmarks.route --table FILE`` writes it for yours, and
-``FA2_TUNER_ROUTE_TABLE=FILE`` makes the default call read that file instead: :func:`measured_tables`).
+length and batch x heads: the fastest of our candidates there (:mod:`kernel.candidates`: a kernel at a
+config, Triton's or Gluon's), as measured on the GPU it names (:func:`measured_kernel`;
+``python -m benchmarks.route --table FILE`` writes it for yours, and ``FA2_TUNER_ROUTE_TABLE=FILE``
+makes the default call read that file instead: :func:`measured_tables`).
 
 Where the call's device and the installed Triton can run Gluon (:mod:`kernel.gluon.api`:
 :func:`route_reason`), for inputs the Gluon launcher takes as they are
@@ -32,15 +33,15 @@ import functools
 import importlib.util
 import math
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import torch
 
 import kernel.route_table as route_table
 from kernel.arch import capability_of, interpreting
+from kernel.candidates import BACKWARD, FORWARD, Candidate
 from kernel.gluon.bwd.config import GLUON_BWD_DEFAULTS, GluonBwdConfig
 from kernel.gluon.checks import check_outputs, check_shapes, tma_strides
-from kernel.gluon.fwd.config import VARIANTS
 
 __all__ = ["GLUON_BWD_ROUTES", "GLUON_ROUTES", "ROUTE_MIN_FLOPS", "GluonBwdRoute", "GluonPlan", "attention_work",
            "ROUTE_TABLE_ENV", "backward_route_reason", "bwd_refusal", "default_variant", "gluon_bwd_plan", "gluon_plan",
@@ -119,8 +120,8 @@ class GluonPlan:
     call runs it, with no second key: from the second call on it launches the compiled kernel.
     """
 
-    def __init__(self, variant: str, causal: bool):
-        self.variant, self.causal = variant, causal
+    def __init__(self, variant: str, causal: bool, knobs: dict | None = None):
+        self.variant, self.causal, self.knobs = variant, causal, dict(knobs or {})
         self.launch = None                 # the kernel.gluon.fwd.plan.GluonLaunchPlan, from the first call
 
     def __call__(self, q, k, v, out=None, lse=None):
@@ -128,11 +129,12 @@ class GluonPlan:
         if launch is None:
             from kernel.gluon.fwd.launch import checked_plan
 
-            launch = self.launch = checked_plan(q, k, v, self.causal, self.variant, None, out, lse)
+            launch = self.launch = checked_plan(q, k, v, self.causal, self.variant, self.knobs or None, out, lse)
         return launch(q, k, v, out, lse)
 
     def __repr__(self) -> str:
-        return f"GluonPlan(variant={self.variant!r}, causal={self.causal})"
+        knobs = "".join(f", {name}={value!r}" for name, value in self.knobs.items())
+        return f"GluonPlan(variant={self.variant!r}, causal={self.causal}{knobs})"
 
 
 def default_variant(head_dim: int, causal: bool = False, device=None) -> str | None:
@@ -145,23 +147,30 @@ def default_variant(head_dim: int, causal: bool = False, device=None) -> str | N
     return None if variant is None or route_reason(torch.device(device)) is not None else variant
 
 
-def gluon_plan(q, k, v, causal, out=None, lse=None) -> GluonPlan | None:
-    """The Gluon plan for a default call where :data:`GLUON_ROUTES` and this machine say so, else None
-    (the caller runs the Triton kernel). Called after the Triton launcher's own input checks."""
+def gluon_plan(q, k, v, causal, out=None, lse=None) -> GluonPlan | dict | None:
+    """What a default forward call runs where :data:`GLUON_ROUTES` and this machine let it route: the
+    measured table's candidate of its bucket (:mod:`kernel.candidates`; where the table has no entry
+    of its head dim and mask, the typed table's variant). A Gluon candidate is a :class:`GluonPlan`;
+    a Triton one the tiles it sets (a dict, empty: None), which the Triton launcher takes over its
+    defaults; None everywhere else (the Triton kernel at its defaults). Called after the Triton
+    launcher's own input checks."""
     if attention_work(q, k, causal) < ROUTE_MIN_FLOPS:
         return None
     variant = default_variant(q.shape[-1], causal, q.device)
-    if variant is None or measured_kernel("fwd", q, k, causal) == "triton":
+    if variant is None:
         return None
+    candidate = FORWARD.get(measured_kernel("fwd", q, k, causal), Candidate(variant))
+    if not candidate.gluon:
+        return candidate.settings or None
     if refusal(q, k, v, causal, out, lse) is not None:
         return None
-    return GluonPlan(variant, bool(causal))
+    return GluonPlan(candidate.kernel, bool(causal), candidate.settings)
 
 
 # A route table of the user's own (``python -m benchmarks.route --table FILE`` on their GPU), read by the
 # default call instead of the committed kernel/route_table.py: an installed package need not be edited.
 ROUTE_TABLE_ENV = "FA2_TUNER_ROUTE_TABLE"
-_KERNELS = {"FORWARD": ("triton", *VARIANTS), "BACKWARD": ("triton", "gluon")}
+_KERNELS = {"FORWARD": tuple(FORWARD), "BACKWARD": tuple(BACKWARD)}
 
 
 def measured_tables() -> tuple[dict, dict]:
@@ -200,13 +209,13 @@ def _checked_table(module, name: str, where: str) -> dict:
                     and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (key[0], *key[2:])))
         if not shape_ok or kernel_name not in _KERNELS[name]:
             raise ValueError(f"{where}: {name}[{key!r}] = {kernel_name!r}; keys are (head dim, causal, length, "
-                             f"batch x heads), kernels one of {', '.join(_KERNELS[name])}")
+                             f"batch x heads), candidates one of {', '.join(_KERNELS[name])}")
     return table
 
 
 def measured_kernel(pass_: str, q, k, causal: bool, table=None) -> str | None:
-    """The kernel :mod:`kernel.route_table` measured fastest at the bucket nearest this call ("triton",
-    or the Gluon kernel's name), or None where it measured nothing of this head dim and mask (the
+    """The candidate :mod:`kernel.route_table` measured fastest at the bucket nearest this call (a name
+    of :mod:`kernel.candidates`), or None where it measured nothing of this head dim and mask (the
     tables above decide alone then). Nearest: in log2 of the length (N_k), then of batch x heads,
     ties to the smaller bucket."""
     table = table if table is not None else measured_tables()[0 if pass_ == "fwd" else 1]
@@ -278,11 +287,16 @@ class GluonBwdRoute:
 
 
 def gluon_bwd_plan(dout, q, k, v, out, lse, causal, grads=(None, None, None)) -> GluonBwdRoute | None:
-    """The Gluon route for a default call where :data:`GLUON_BWD_ROUTES` and this machine say so, else
-    None (the caller runs the Triton kernels). Called after the Triton launcher's input checks."""
+    """The Gluon route for a default call where :data:`GLUON_BWD_ROUTES` and this machine say so, at the
+    measured table's candidate of its bucket (:mod:`kernel.candidates`: its knobs over the routed config),
+    else None (the caller runs the Triton kernels). Called after the Triton launcher's input checks."""
     config = GLUON_BWD_ROUTES.get((q.shape[-1], bool(causal)))
-    if config is None or measured_kernel("bwd", q, k, causal) == "triton":
+    if config is None:
         return None
+    candidate = BACKWARD.get(measured_kernel("bwd", q, k, causal), Candidate("gluon"))
+    if not candidate.gluon:
+        return None
+    config = replace(config, **candidate.settings)
     if backward_route_reason(q.device) is not None:
         return None
     if bwd_refusal(dout, q, k, v, out, lse, causal, grads) is not None:

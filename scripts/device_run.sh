@@ -8,7 +8,7 @@
 #
 # Stages (each one quoted word list; ARGS go to the command as they are):
 #   env                  the GPU, its driver and clock, and the Python packages' versions
-#   tests [ARGS]         pytest -m gpu over ARGS (default tests/: the whole GPU suite, on TESTS_N=8 processes where
+#   tests [ARGS]         pytest -m gpu over ARGS (default tests/: the whole GPU suite, on TESTS_N=12 processes where
 #                        .whl has pytest-xdist, then the 'timing' tests alone; at most TESTS_S s each), e.g.
 #                        'tests tests/kernel/triton/test_kernel.py -k bf16'
 #   bench NAME [ARGS]    python -m benchmarks.NAME ARGS, e.g. 'bench route --write'
@@ -58,7 +58,7 @@ stage() {
   case $name in
     env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv; versions;;
     tests) if [ $# -eq 0 ] && python3 -c "import xdist" 2>/dev/null; then    # compiles on TESTS_N cores, timers alone
-             gpu_tests "$log" "gpu and not timing" -n "${TESTS_N:-8}" --dist loadfile tests/
+             gpu_tests "$log" "gpu and not timing" -n "${TESTS_N:-12}" --dist worksteal tests/
              gpu_tests "${log%.log}-timing.log" "gpu and timing" tests/
            else gpu_tests "$log" gpu "${@:-tests/}"; fi;;
     bench) local bench=$1; shift; timed "$log" python3 -m "benchmarks.$bench" "$@"; tail -60 "$log";;

@@ -11,6 +11,7 @@ the nearest files, with the files written for the survivors added by the mutated
 """
 
 ROUTE = ["tests/kernel/test_route_table.py", "tests/kernel/test_gluon_route.py", "tests/kernel/test_gluon_bwd_route.py"]
+CANDIDATES = [*ROUTE, "tests/kernel/test_candidates.py", "tests/benchmarks/test_route_cli.py"]
 API = [*ROUTE, "tests/kernel/test_autograd_gluon.py", "tests/kernel/gluon", "tests/tuner/kernels/test_gluon_tuner.py",
        "tests/tuner/kernels/test_gluon_bwd_tuner.py"]
 ARCH = ["tests/tuner/budget/test_knob_rules.py", "tests/tuner/test_target_space.py", "tests/tuner/kernels",
@@ -44,9 +45,9 @@ BENCH = ["tests/kernel/test_route_table.py", "tests/benchmarks"]
 HUNT = [
     # ---------------------------------------------------------------- kernel/route.py
     ("route: forward asks the backward's measured table", "kernel/route.py",
-     'measured_kernel("fwd", q, k, causal) == "triton"', 'measured_kernel("bwd", q, k, causal) == "triton"', ROUTE),
+     'FORWARD.get(measured_kernel("fwd", q, k, causal)', 'FORWARD.get(measured_kernel("bwd", q, k, causal)', ROUTE),
     ("route: backward asks the forward's measured table", "kernel/route.py",
-     'measured_kernel("bwd", q, k, causal) == "triton"', 'measured_kernel("fwd", q, k, causal) == "triton"', ROUTE),
+     'BACKWARD.get(measured_kernel("bwd", q, k, causal)', 'BACKWARD.get(measured_kernel("fwd", q, k, causal)', ROUTE),
     ("route: bucket length from the queries", "kernel/route.py",
      "head_dim, n = q.shape[-1], max(k.shape[-2], 1)", "head_dim, n = q.shape[-1], max(q.shape[-2], 1)", ROUTE),
     ("route: batch x heads before the length", "kernel/route.py",
@@ -61,6 +62,20 @@ HUNT = [
     ("route: batch x heads counts the length", "kernel/route.py",
      "batch_heads = max(q.numel() // max(q.shape[-1] * q.shape[-2], 1), 1)",
      "batch_heads = max(q.numel() // max(q.shape[-1], 1), 1)", ROUTE),
+    ("route: a Gluon candidate's knobs dropped", "kernel/route.py",
+     "return GluonPlan(candidate.kernel, bool(causal), candidate.settings)",
+     "return GluonPlan(candidate.kernel, bool(causal))", CANDIDATES),
+    ("route: a backward candidate's knobs dropped", "kernel/route.py",
+     "config = replace(config, **candidate.settings)", "config = replace(config)", CANDIDATES),
+    ("route: a Triton candidate's tiles dropped", "kernel/triton/fwd.py",
+     "routed.get(name, value) for name, value in zip(TILE_NAMES, config[:4])",
+     "value for name, value in zip(TILE_NAMES, config[:4])", CANDIDATES),
+    ("route: a Triton candidate loses the default knobs", "kernel/triton/fwd.py",
+     "            config = _with_defaults(config, q, k, v, causal)\n            config = tuple(routed",
+     "            config = tuple(routed", CANDIDATES),
+    ("route: the table's candidate ignored for the typed variant", "kernel/route.py",
+     'candidate = FORWARD.get(measured_kernel("fwd", q, k, causal), Candidate(variant))',
+     'candidate = FORWARD.get(measured_kernel("fwd", q, k, causal) and variant, Candidate(variant))', CANDIDATES),
     ("route: measured table ignores the mask", "kernel/route.py",
      "if d == head_dim and c == bool(causal)]", "if d == head_dim]", ROUTE),
     ("route: the bound is inclusive", "kernel/route.py",
@@ -288,12 +303,13 @@ HUNT = [
     ("study: shipped name keeps .toml", "tuner/study.py",
      'given = name_or_path.removesuffix(".toml") if where.startswith("<shipped") else name_or_path',
      "given = name_or_path", ADVICE),
-    ("sweep: --workers refused on --device cpu too", "tuner/sweep.py",
+    ("sweep: --workers refused on --device cpu too", "tuner/sweep_args.py",
      "if args.device == \"cuda\" and args.workers and args.workers > 1:", "if args.workers and args.workers > 1:",
-     ADVICE),
-    ("sweep: --workers 2 taken without a GPU", "tuner/sweep.py",
+     ADVICE + ["tests/tuner/test_pinned_sweep_cli.py"]),
+    ("sweep: --workers 2 taken without a GPU", "tuner/sweep_args.py",
      "if args.device == \"cuda\" and args.workers and args.workers > 1:",
-     "if args.device == \"cuda\" and args.workers and args.workers > 2:", ADVICE),
+     "if args.device == \"cuda\" and args.workers and args.workers > 2:",
+     ADVICE + ["tests/tuner/test_pinned_sweep_cli.py"]),
     ("kernels CLI: lists the tiles only", "tuner/kernels/__main__.py",
      'axes = ", ".join(a.name for a in kernel.config_type.axes())', 'axes = ", ".join(a.name for a in kernel.config_type.tiles())',
      ADVICE),

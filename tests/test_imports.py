@@ -17,7 +17,8 @@ PACKAGES = ("kernel", "tuner", "benchmarks")
 FLOORS = {
     # kernel/: what the GPU is, stopwatches and references; the checks; the Triton kernels, which never
     # import Gluon; the Gluon kernels; the route between them; the entry points.
-    0: ["kernel.arch", "kernel.measure", "kernel.reference", "kernel.gluon.smem", "kernel.route_table"],
+    0: ["kernel.arch", "kernel.measure", "kernel.reference", "kernel.gluon.smem", "kernel.route_table",
+        "kernel.candidates"],
     1: ["kernel.checks"],
     2: ["kernel.triton"],
     3: ["kernel.gluon"],

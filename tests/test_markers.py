@@ -1,5 +1,5 @@
 """The GPU suite's markers: a test that times or profiles the GPU is marked ``timing`` (and ``gpu``), so that
-the parallel run of the rest (``pytest -m "gpu and not timing" -n 8``) never runs it beside other tests."""
+the parallel run of the rest (``pytest -m "gpu and not timing" -n 12``) never runs it beside other tests."""
 
 from __future__ import annotations
 

@@ -230,6 +230,7 @@ KNOBS = (Knob("tma", False, "TMA"), Knob("warp_specialize", False, "WARP_SPEC"),
 KNOB_CONSTEXPRS = tuple((knob.constexpr, knob.default) for knob in KNOBS if knob.constexpr)
 # (block_m, block_n, num_warps, num_stages) and the knobs, with their defaults, as the launcher takes them.
 KNOB_DEFAULTS = (None, None, None, None) + tuple(knob.default for knob in KNOBS)
+TILE_NAMES = ("block_m", "block_n", "num_warps", "num_stages")      # a config's first four, by name
 # The kernel arguments whose change makes @triton.autotune tune again (it adds dtypes itself).
 AUTOTUNE_KEY = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
 # The JIT function a launch runs, and every JIT function whose source makes its device code.
@@ -273,8 +274,7 @@ def _with_defaults(config: tuple, q, k, v, causal: bool, capability: int | None 
         # Without TMA the Hopper tiles may not fit (128x128 with 3 stages asks 320 KB of plain buffers):
         # the portable default instead, which fits every target.
         defaults = default_config(q.shape[-1], causal, 0)
-    names = ("block_m", "block_n", "num_warps", "num_stages")
-    tiles = tuple(defaults[name] if given is None else given for name, given in zip(names, config[:4]))
+    tiles = tuple(defaults[name] if given is None else given for name, given in zip(TILE_NAMES, config[:4]))
     if tuple(config[4:]) != KNOB_DEFAULTS[4:]:
         return tiles + tuple(config[4:])
     knobs = {knob.name: defaults.get(knob.name, knob.default) for knob in KNOBS}
@@ -288,11 +288,15 @@ def _with_defaults(config: tuple, q, k, v, causal: bool, capability: int | None 
 
 def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse, route=None) -> LaunchPlan:
     """Check every input as a first call must, then make the plan (``config`` None: an autotuner picks).
-    ``route(q, k, v, causal, out, lse)``: another kernel's plan for a default call, or None (this one)."""
+    ``route(q, k, v, causal, out, lse)``: for a default call, another kernel's plan, this kernel's tiles
+    (a dict of :data:`TILE_NAMES`), or None (this kernel at its defaults)."""
     check_inputs(q, k, v, causal)
     if route is not None:
         routed = route(q, k, v, causal, out, lse)
-        if routed is not None:
+        if isinstance(routed, dict):        # the route's tiles for this kernel, over the defaults' tiles and knobs
+            config = _with_defaults(config, q, k, v, causal)
+            config = tuple(routed.get(name, value) for name, value in zip(TILE_NAMES, config[:4])) + config[4:]
+        elif routed is not None:
             return routed
     launch = {}
     if config is not None:
@@ -318,9 +322,9 @@ def plan_for(kernel, config: tuple | None, q, k, v, causal=False, out=None, lse=
 
     ``config`` is (block_m, block_n, num_warps, num_stages[, tma, warp_specialize, maxnreg, persistent]);
     missing knobs take their defaults, maxnreg 0 is None (no cap, as in study files). None: an autotuner picks.
-    ``route``: asked on first sight for another kernel's plan (:func:`kernel.route.gluon_plan`) where the
-    call names no tile and sets no knob; its plans are kept under a key of their own, so a routed and an
-    unrouted call never share one.
+    ``route``: asked on first sight (:func:`kernel.route.gluon_plan`) where the call names no tile and sets
+    no knob: another kernel's plan, or tiles for this one (a dict), or None; its plans are kept under a key
+    of their own, so a routed and an unrouted call never share one.
     """
     if config is not None:
         config = (*config, *KNOB_DEFAULTS[len(config):])

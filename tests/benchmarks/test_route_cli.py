@@ -59,3 +59,31 @@ def test_a_failure_note_is_the_messages_last_line():
     exc = RuntimeError("at 12:4:\n    acc = tl.dot(a, b)\n\nout of resource: shared memory, 300000 > 232448\n")
     assert first_line(exc) == "RuntimeError: out of resource: shared memory, 300000 > 232448"
     assert first_line(ValueError("x" * 500), 40) == "ValueError: " + "x" * 28 and first_line(KeyError()) == "KeyError: "
+
+
+@pytest.mark.parametrize("pass_, n, head_dim, wanted", [
+    ("fwd", 1024, 64, ["triton", "triton_64x64", "ws", "ws_128", "ws_64"]),
+    ("fwd", 1024, 128, ["triton", "triton_64x64", "ws", "ws_64"]),     # D=128's ws is the 128-row tile already
+    ("fwd", 4096, 64, ["triton", "ws"]),                                # past SHORT_UP_TO: the defaults only
+    ("bwd", 512, 128, ["triton", "gluon", "gluon_1c"]),
+    ("bwd", 512, 64, ["triton", "gluon"]),                              # D=64's Gluon default has one consumer
+    ("bwd", 8192, 128, ["triton", "gluon"]),
+])
+def test_short_lengths_time_the_short_tiles_and_no_config_twice(pass_, n, head_dim, wanted):
+    for causal in (False, True):
+        timed = route.timed_candidates(pass_, n, head_dim, causal)
+        assert list(timed) == wanted, (pass_, n, head_dim, causal)
+        configs = [repr(sorted(c.items())) for c in timed.values()]
+        assert len(set(configs)) == len(configs)
+
+
+def test_the_report_and_the_table_give_every_timed_candidates_ratio():
+    rows = [dict(pass_="fwd", B=32, H=16, N=512, D=64, causal=True, ms={}, notes={}, winner="ws_64",
+                 vs_cudnn=dict(triton=0.71, triton_64x64=0.8, ws=0.55, ws_64=0.93, default=0.71, flash=0.6))]
+    text = route.report(rows, "env", "python -m benchmarks.route")
+    assert "| fwd | B32 H16 N512 D64 causal | triton 0.71, triton_64x64 0.80, ws 0.55, ws_64 0.93 | 0.71 | 0.60 | " \
+           "ws_64 | 0.76 |" in text
+    env = dict(gpu="g (sm_90)", torch="2.11", triton="3.6.0", date="2026-12-03 12:00 UTC")
+    source = route.table_source(rows, env, "python -m benchmarks.route")
+    assert "(64, True, 512, 512): 'ws_64',   # triton 0.71, triton_64x64 0.80, ws 0.55, ws_64 0.93" in source
+    assert route.winner({k: v for k, v in rows[0]["vs_cudnn"].items() if k in route.OURS["fwd"]}) == "ws_64"

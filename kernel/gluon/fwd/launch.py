@@ -29,8 +29,8 @@ from kernel.gluon.fwd.kernel import _fwd_pipelined_kernel
 from kernel.gluon.fwd.plan import GluonLaunchPlan
 from kernel.triton.launch import PLANS, cached_plan, plan_key
 
-__all__ = ["GLUON_FORWARD", "KNOB_NAMES", "checked_plan", "flash_attn_fwd_gluon", "flash_attn_fwd_gluon_jit",
-           "launch_arguments", "plan_for", "supported"]
+__all__ = ["GLUON_FORWARD", "KNOB_NAMES", "checked_plan", "config_from", "flash_attn_fwd_gluon",
+           "flash_attn_fwd_gluon_jit", "launch_arguments", "plan_for", "supported"]
 
 LOG2E = 1.4426950408889634
 
@@ -73,7 +73,7 @@ def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool, spl
     return _fwd_pipelined_kernel, (*descriptors, lse, *scalars), constexprs, options
 
 
-def _config_from(variant, head_dim, causal, knobs: dict) -> GluonConfig:
+def config_from(variant, head_dim, causal, knobs: dict) -> GluonConfig:
     """The default config with the knobs a call sets; a ws query tile other than the default's
     brings that tile's own schedule and registers (:func:`tile_defaults`) under the knobs set."""
     given = {name: value for name, value in knobs.items() if value is not None}
@@ -102,7 +102,7 @@ def checked_plan(q, k, v, causal, variant: str = "pipelined", knobs: dict | None
         raise GluonUnavailable(reason)
     check_inputs(q, k, v, causal)
     check_outputs(out, lse, q)
-    config = _config_from(variant, q.shape[-1], causal, knobs or {})
+    config = config_from(variant, q.shape[-1], causal, knobs or {})
     return GluonLaunchPlan(q, k, v, causal, config, out, lse, launch_arguments, **plan_options)
 
 

@@ -71,7 +71,27 @@ def _compile_cases() -> dict:
     cases["three"] = (THREE, 64, True, 1000)
     for name, (config, d) in TAIL_SPLITS.items():
         cases[name] = (config, d, False, 1000, True)
+    for name, (config, d, causal) in ROUTE_CANDIDATES.items():
+        cases[name] = (config, d, causal, 1000, config.may_split and not causal)
     return cases
+
+
+def _route_candidates() -> dict:
+    """The Gluon forward's configs that kernel/candidates.py names beside the defaults (the route table may
+    send a bucket to them), at each head dim and mask where they are another config than the default."""
+    from kernel.candidates import FORWARD
+    from kernel.gluon.fwd.launch import config_from
+
+    found = {}
+    for name, candidate in FORWARD.items():
+        for d, causal in [(d, c) for d in (64, 128) for c in (False, True)]:
+            config = config_from(candidate.kernel, d, causal, candidate.settings) if candidate.gluon else None
+            if config is not None and config != default_gluon_config(d, causal, candidate.kernel):
+                found[f"candidate-{name}-D{d}-{'causal' if causal else 'full'}"] = (config, d, causal)
+    return found
+
+
+ROUTE_CANDIDATES = _route_candidates()
 
 
 # The binaries that split a persistent grid's last wave over the keys (kernel.gluon.fwd.split): the
@@ -111,6 +131,18 @@ def test_default_configs_compile_for_sm90_with_the_hopper_pieces(case, compiled)
     if resources:               # cuobjdump ships with Triton's NVIDIA backend
         assert resources["SHARED"] == STATIC_SMEM, "static shared memory changed: the launch limit is off"
         assert resources["STACK"] <= SPILLS, f"register spills: {resources}"
+    assert not report["ptxas_warnings"], f"ptxas: {report['ptxas_warnings']}"
+
+
+@needs_gluon_api
+@pytest.mark.parametrize("name", list(ROUTE_CANDIDATES))
+def test_the_route_candidates_compile_without_spills_and_match_the_smem_model(name, compiled):
+    report = _ok(compiled[name])
+    assert report["markers"]["wgmma"] and report["markers"]["tma"] and report["markers"]["setmaxnreg"]
+    assert report["shared"] == report["model"], "the shared-memory model is off"
+    assert report["shared"] + STATIC_SMEM <= SMEM_LIMIT
+    if report["resources"]:
+        assert report["resources"]["STACK"] <= SPILLS, f"register spills: {report['resources']}"
     assert not report["ptxas_warnings"], f"ptxas: {report['ptxas_warnings']}"
 
 

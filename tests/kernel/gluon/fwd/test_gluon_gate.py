@@ -55,20 +55,20 @@ def test_bad_configs_name_the_knob(config, message):
 def test_a_call_that_sets_another_query_tile_gets_that_tile_s_schedule():
     """Three consumers (192 rows) run in order at 152 registers, two overlapped in turns at 240: a
     call that asks for the other tile than the default's gets that tile's knobs, unless it sets them."""
-    from kernel.gluon.fwd.launch import _config_from
+    from kernel.gluon.fwd.launch import config_from
 
     knobs = dict.fromkeys(("block_m", "block_n", "num_stages", "overlap", "pingpong", "persistent"))
     for d, causal in GLUON_DEFAULTS["ws"]:
         default = GLUON_DEFAULTS["ws"][(d, causal)]
-        assert _config_from("ws", d, causal, knobs) == default
-        assert _config_from("ws", d, causal, knobs | dict(block_n=64)).block_m == default.block_m
-        three = _config_from("ws", d, causal, knobs | dict(block_m=192))
+        assert config_from("ws", d, causal, knobs) == default
+        assert config_from("ws", d, causal, knobs | dict(block_n=64)).block_m == default.block_m
+        three = config_from("ws", d, causal, knobs | dict(block_m=192))
         assert (three.overlap, three.pingpong, three.consumer_regs) == (False, False, 152), (d, causal)
-        two = _config_from("ws", d, causal, knobs | dict(block_m=128))
+        two = config_from("ws", d, causal, knobs | dict(block_m=128))
         assert (two.overlap, two.pingpong, two.consumer_regs) == (True, True, 240), (d, causal)
         assert three.num_stages == two.num_stages == default.num_stages        # the rest stays the default's
-    assert _config_from("ws", 64, True, knobs | dict(block_m=192, overlap=True)).overlap is True
-    assert not _config_from("ws", 64, True, knobs | dict(block_m=192)).problems(64)
+    assert config_from("ws", 64, True, knobs | dict(block_m=192, overlap=True)).overlap is True
+    assert not config_from("ws", 64, True, knobs | dict(block_m=192)).problems(64)
 
 
 def test_only_head_dims_64_and_128():

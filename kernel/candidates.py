@@ -1,0 +1,70 @@
+"""The candidates of a default call: each one of our kernels at a config, under the name the route table uses.
+
+A route table entry (:mod:`kernel.route_table`) names the candidate that ran fastest in its bucket;
+:mod:`kernel.route` runs it for a call in that bucket. A candidate is a kernel and a few knobs set
+over that kernel's default for the call's head dim and mask, so one name means the same idea at
+D=64 and D=128 (``ws_64``: the warp-specialized forward over 64-row query tiles, one consumer):
+
+* forward: ``triton`` (:func:`kernel.triton.defaults.default_config`), ``triton_64x64`` (its knobs,
+  64 x 64 tiles on 4 warps: fewer rows wasted past a short length, more programs per SM), ``ws``
+  and ``pipelined`` (the Gluon variants at :data:`kernel.gluon.fwd.config.GLUON_DEFAULTS`),
+  ``ws_128`` and ``ws_64`` (ws over 128- and 64-row tiles, each with its tile's own schedule);
+* backward: ``triton`` (:func:`kernel.triton.defaults.default_bwd_config`), ``gluon``
+  (:data:`kernel.gluon.bwd.config.GLUON_BWD_DEFAULTS`), ``gluon_1c`` (one consumer warpgroup over
+  64 keys: twice the programs of D=128's two).
+
+Plain Python: the route, the benchmark that measures the table (``python -m benchmarks.route``) and
+the tests read the same names. Names are identifiers (the table's comments are parsed back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["BACKWARD", "FORWARD", "Candidate", "candidates"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One of our kernels at its default config for the call's head dim and mask, with ``knobs`` set over it.
+
+    Attributes:
+        kernel: forward ``"triton"``, ``"ws"`` or ``"pipelined"``; backward ``"triton"`` or ``"gluon"``.
+        knobs: (name, value) pairs: for the Triton forward its tiles (block_m, block_n, num_warps,
+            num_stages; its knobs stay the default's), for a Gluon kernel the fields of its config.
+    """
+
+    kernel: str
+    knobs: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def settings(self) -> dict:
+        return dict(self.knobs)
+
+    @property
+    def gluon(self) -> bool:
+        return self.kernel != "triton"
+
+
+FORWARD = {
+    "triton": Candidate("triton"),
+    "triton_64x64": Candidate("triton", (("block_m", 64), ("block_n", 64), ("num_warps", 4), ("num_stages", 3))),
+    "ws": Candidate("ws"),
+    "ws_128": Candidate("ws", (("block_m", 128),)),
+    "ws_64": Candidate("ws", (("block_m", 64),)),
+    "pipelined": Candidate("pipelined"),
+}
+
+BACKWARD = {
+    "triton": Candidate("triton"),
+    "gluon": Candidate("gluon"),
+    # D=128's defaults with one consumer (D=64's have one already): the config the GPU tests check at D=128.
+    "gluon_1c": Candidate("gluon", (("consumers", 1),)),
+}
+
+
+def candidates(pass_: str) -> dict[str, Candidate]:
+    """The candidates of ``pass_`` ("fwd" or "bwd") by name."""
+    if pass_ not in ("fwd", "bwd"):
+        raise ValueError(f"pass {pass_!r} must be 'fwd' or 'bwd'")
+    return FORWARD if pass_ == "fwd" else BACKWARD
