@@ -3,8 +3,9 @@
 Two caches: the tuner's (``$FA2_TUNER_CACHE/budget``, else ``~/.cache/fa2-tuner/budget``: each
 config's compile figures and the compile log) and Triton's (``$TRITON_CACHE_DIR``, else
 ``~/.triton/cache``: the binaries). :func:`settle_caches` is what a command that compiles calls
-first, before anything is written: a folder named by a variable that cannot be written is an error
-naming the folder and the variable; a default folder that cannot be written (``HOME`` read-only,
+first, before anything is written, and it makes no folder (each is made by the first write into it):
+a folder named by a variable that cannot be written is an error naming the folder and the variable;
+a default folder that cannot be written (``HOME`` read-only,
 or a file) is replaced by one under the system's temporary folder, said in one line, and the
 variable is set in this process so that the workers it spawns use the same folder. A process begun
 before that (the sweep's early GPU worker, :mod:`tuner.spawn`) takes the same decision itself at its
@@ -13,6 +14,7 @@ start (:func:`tuner.budget.quiet_compiler_pages`).
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -35,10 +37,16 @@ def cache_dir() -> Path:
 
 
 def _unwritable(folder: Path) -> str | None:
-    """Why ``folder`` (created if missing) cannot take a new file, e.g. "Read-only file system"; None if it can."""
+    """Why ``folder`` cannot take a new file, e.g. "Read-only file system"; None if it can. Nothing is made: its
+    nearest existing folder is tried with a file made and removed at once (those below it are made by the first
+    write there), so that a command refused after this check (a bad --storage) leaves no folder behind."""
+    nearest = folder.absolute()
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        return f"{os.strerror(errno.ENOTDIR)}: {nearest} is a file"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        with tempfile.TemporaryFile(dir=nearest):
             pass
     except OSError as exc:
         return exc.strerror or f"{type(exc).__name__}: {exc}"

@@ -150,3 +150,23 @@ def test_an_unexpected_error_marks_the_run_failed(clean_env, monkeypatch):
     assert [r.status for r in db.runs()] == ["failed"]
     with contextlib.suppress(Exception):
         db.engine.dispose()
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_a_refused_store_leaves_no_cache_folder_behind(clean_env, monkeypatch, capsys, named):
+    """The caches are checked before the store is opened, and made only when something is written there."""
+    tmp_path = clean_env
+    if named:
+        monkeypatch.setenv("FA2_TUNER_CACHE", str(tmp_path / "a" / "b" / "c"))
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "t" / "cache"))
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(tmp_path / "foreign.db")) as connection:
+        connection.execute("create table t (x int)")
+    args = _sweep_args(tmp_path, "--storage", f"sqlite:///{tmp_path / 'foreign.db'}")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert sweep.main(args) == 2
+    assert "none of fa2-tuner's" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and not any((tmp_path / "home").iterdir())
