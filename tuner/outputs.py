@@ -58,7 +58,7 @@ def write_outputs(args, ctx: RunContext, db: Store) -> None:
     from tuner import dashboard, emit
 
     folder = Path(args.out) / "dashboards"
-    pages = dashboard.build_all(db, folder)
+    pages = dashboard.build_all(db, folder, reuse=True)      # a re-run that stored nothing new keeps them
     print(f"dashboards: {len(pages)} pages in {folder}/ (open {folder / 'index.html'})")
     rows = db.results(ctx.study.name, ctx.target.name, ctx.gpu_label)
     if any(r.status == Status.TIMED for r in rows):

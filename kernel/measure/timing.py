@@ -44,9 +44,11 @@ RETIME = (200.0, 100.0)
 def attention_flops(batch: int, heads: int, n_q: int, n_k: int, head_dim: int, causal: bool) -> float:
     """Two matmuls of N_q x N_k x D multiply-adds; causal counts the lower triangle only."""
     flops = 4.0 * batch * heads * n_q * n_k * head_dim
-    if causal:
-        # Kept keys per query i are min(i + 1, N_k), top-left aligned.
-        kept = sum(min(i + 1, n_k) for i in range(n_q)) if n_q <= 65536 else n_q * n_k / 2
+    if causal and n_q * n_k:
+        # Kept keys per query i are min(i + 1, N_k), top-left aligned: the sum of 1..min(N_q, N_k), then
+        # N_k for each query past N_k (summed in closed form: the dashboards ask it for every row).
+        m = min(n_q, n_k)
+        kept = m * (m + 1) // 2 + (n_q - m) * n_k
         flops *= kept / (n_q * n_k)
     return flops
 

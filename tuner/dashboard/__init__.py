@@ -12,6 +12,8 @@ Pages load ``plotly.min.js`` from beside them (written there from the installed 
 so they open without a network; until plotly has loaded a page shows a note saying it needs it. A
 budget-only run's pages (no GPU timed a config) colour the configs that fit by the shared memory
 they use against the target's limit, registers or spills (:mod:`tuner.dashboard._budget_map`).
+A sweep keeps the pages already written where nothing they are drawn from changed (a warm re-run:
+:mod:`tuner.dashboard._stamp`); ``python -m tuner.dashboard`` always draws them again.
 """
 
 from tuner.dashboard._budget_map import BUDGET_METRICS, CELL_PX, budget_heatmap
@@ -19,7 +21,8 @@ from tuner.dashboard._cli import main
 from tuner.dashboard._heatmap import MAX_VARIANTS, drawn_variants, heatmap, page_name
 from tuner.dashboard._pages import build_all, store_name, with_plotly_note
 from tuner.dashboard._roofline import intensity, profiled_point, roof_tflops, roofline
+from tuner.dashboard._stamp import STAMP
 
-__all__ = ["BUDGET_METRICS", "CELL_PX", "MAX_VARIANTS", "budget_heatmap", "build_all", "drawn_variants", "heatmap",
-           "intensity", "main", "page_name", "profiled_point", "roof_tflops", "roofline", "store_name",
+__all__ = ["BUDGET_METRICS", "CELL_PX", "MAX_VARIANTS", "STAMP", "budget_heatmap", "build_all", "drawn_variants",
+           "heatmap", "intensity", "main", "page_name", "profiled_point", "roof_tflops", "roofline", "store_name",
            "with_plotly_note"]

@@ -10,6 +10,7 @@ from tuner.dashboard._budget_map import FITS, budget_heatmap, is_budget_only
 from tuner.dashboard._heatmap import _slug, heatmap, page_name
 from tuner.dashboard._profile_page import profile_page, profile_page_name
 from tuner.dashboard._roofline import roofline
+from tuner.dashboard._stamp import STAMP, digest, kept_pages, write_stamp
 from tuner.status import Status
 from tuner.store import DEFAULT_OUT, Profile, Result, Store
 from tuner.winners import verdicts_of
@@ -50,25 +51,42 @@ def _write(fig, path: Path, plotlyjs: str) -> None:
 
 
 def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | None = None,
-              plotlyjs: str = "directory", shapes: list[str] | None = None) -> list[Path]:
+              plotlyjs: str = "directory", shapes: list[str] | None = None, reuse: bool = False) -> list[Path]:
     """Every heatmap and roofline in the store (or of ``studies``), plus ``index.html``.
 
     Args:
         plotlyjs: "directory" (plotly.min.js written beside the pages: offline) or "cdn".
         shapes: heatmaps of these shape labels only (rooflines keep every shape).
+        reuse: keep the pages already in ``directory`` where they were drawn from the same store
+            contents and options (:mod:`tuner.dashboard._stamp`); else draw every one.
 
     Returns:
-        The pages written.
+        The pages written (or kept).
     """
     rows = [r for r in db.results() if not studies or r.study in studies]
     groups: dict[tuple, list[Result]] = defaultdict(list)
     for row in rows:
         groups[(row.study, row.target, row.gpu, row.shape)].append(row)
+    commands = {run.id: run.command for run in db.runs()}
+    drawn_profiles = [p for p in db.profiles() if not studies or p.study in studies]
+    finalists = [f for key in sorted({k[:3] for k in groups}) for f in db.finalists(*key)]
+    wanted = digest(rows, finalists, drawn_profiles, commands, (db.url, studies, plotlyjs, shapes))
+    kept = kept_pages(directory, wanted, plotlyjs) if reuse else None
+    if kept is not None:
+        return kept
     directory.mkdir(parents=True, exist_ok=True)
+    (directory / STAMP).unlink(missing_ok=True)       # a build cut short leaves no stamp to trust
+    written = _draw(db, directory, rows, groups, commands, drawn_profiles, plotlyjs, shapes)
+    write_stamp(directory, wanted, written)
+    return written
+
+
+def _draw(db: Store, directory: Path, rows: list[Result], groups: dict, commands: dict[int, str],
+          drawn_profiles: list[Profile], plotlyjs: str, shapes: list[str] | None) -> list[Path]:
+    """Draw and write every page of :func:`build_all`, the index last."""
     written = []
     index: dict[str, list[tuple[str, str]]] = defaultdict(list)
     verdicts: dict[tuple, dict] = {}
-    commands = {run.id: run.command for run in db.runs()}
     for (study, target, gpu, shape), group in sorted(groups.items()):
         if shapes and shape not in shapes:
             continue
@@ -80,9 +98,8 @@ def build_all(db: Store, directory: Path = DEFAULT_DIR, studies: list[str] | Non
         written.append(directory / name)
         index[study].append((name, label))
     profiles: dict[tuple, list[Profile]] = defaultdict(list)
-    for profile in db.profiles():
-        if not studies or profile.study in studies:
-            profiles[(profile.study, profile.target, profile.gpu)].append(profile)
+    for profile in drawn_profiles:
+        profiles[(profile.study, profile.target, profile.gpu)].append(profile)
     written += _profile_pages(directory, profiles, index, plotlyjs, shapes)
     by_study: dict[tuple, list[Result]] = defaultdict(list)
     for row in rows:

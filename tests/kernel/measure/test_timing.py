@@ -21,6 +21,14 @@ def test_attention_flops_count_the_causal_triangle():
     assert timing.attention_flops(1, 1, 2, 5, 8, True) == 4 * 10 * 8 * (1 + 2) / 10     # top-left aligned
 
 
+@pytest.mark.parametrize("n_q, n_k", [(1, 1), (1, 9), (9, 1), (7, 7), (7, 20), (20, 7), (129, 64), (100000, 3)])
+def test_the_causal_count_is_the_sum_of_each_querys_kept_keys(n_q, n_k):
+    """The closed form against the per-query sum it replaces, wide and tall (and past the old loop's 65,536)."""
+    kept = sum(min(i + 1, n_k) for i in range(n_q))
+    assert timing.attention_flops(2, 3, n_q, n_k, 16, True) == pytest.approx(4.0 * 2 * 3 * 16 * kept, rel=1e-12)
+    assert timing.attention_flops(2, 3, 0, n_k, 16, True) == 0.0 == timing.attention_flops(2, 3, n_q, 0, 16, True)
+
+
 def test_the_environment_line_names_gpu_driver_versions_and_date():
     line = timing.environment_line({"gpu": "G", "driver": "D", "torch": "T", "triton": "R", "date": "2026"})
     assert line == "GPU: G; driver D; torch T; triton R; 2026"
