@@ -47,7 +47,9 @@ timed() {   # timed LOG COMMAND...: the command's output to LOG, its wall time a
 
 gpu_tests() {   # gpu_tests LOG MARKER ARGS...: pytest -m MARKER ARGS, the slowest tests named at the end
   local log=$1 marker=$2; shift 2
-  timed "$log" timeout "${TESTS_S:-1800}" python3 -m pytest -m "$marker" -q -p no:cacheprovider -rfE --durations=25 "$@"
+  # -v: each test's line names its worker (which test a stuck worker holds); a test past 300 s dumps its stack.
+  timed "$log" timeout "${TESTS_S:-1800}" python3 -m pytest -m "$marker" -v -p no:cacheprovider -rfE --durations=25 \
+    -o faulthandler_timeout=300 "$@"
   grep -E "passed|failed" "$log" | tail -1; grep -E "^(FAILED|ERROR)" "$log" | head -20
 }
 
