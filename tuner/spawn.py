@@ -28,6 +28,7 @@ __all__ = ["EARLY_ENV", "ignore_interrupts", "quiet_interrupt_while_starting", "
 
 _LOCK = threading.Lock()            # the environment a worker inherits is set around its start
 _EARLY: dict = {}                   # pin -> (process, conn): begun early, not yet handed its work
+_WATCHER = "fa2-tuner-sigterm"      # a child's thread that takes its SIGTERM (ignore_interrupts)
 NVIDIA_DRIVER = "/dev/nvidiactl"    # present where an NVIDIA driver is loaded: a GPU is likely
 # The sweep begins its first worker early unless this is "0". On by default: from cold caches the
 # main job's worker start and SDPA baselines took 5 s with it, 12 s without, and the whole job 60.7
@@ -59,16 +60,22 @@ def _pinned(pin: str | None):
 
 @contextlib.contextmanager
 def sigint_blocked():
-    """SIGINT held back in this thread while a child process is spawned: the child begins with it
-    blocked (a signal mask survives fork and exec), so a Ctrl-C sent to the whole process group while
-    the child still imports (a spawned process imports the main module again: seconds) stays pending
-    in it, instead of ending it with a KeyboardInterrupt traceback. The child then ignores it and
-    unblocks (:func:`ignore_interrupts`), which drops the pending one. The parent's other threads
-    still take the signal meanwhile, and Python hands it to the main thread as always."""
+    """SIGINT and SIGTERM held back in this thread while a child process is spawned: the child begins
+    with them blocked (a signal mask survives fork and exec), so a Ctrl-C or a ``kill`` sent to the whole
+    process group while the child still imports (a spawned process imports the main module again:
+    seconds) stays pending in it, instead of ending it with a KeyboardInterrupt traceback or killing
+    the trial it is about to run. The child then ignores SIGINT and unblocks it, which drops the
+    pending one, and keeps SIGTERM for its parent alone (:func:`ignore_interrupts`). The parent's other
+    threads still take the signals meanwhile, and Python hands them to the main thread as always."""
     if not hasattr(signal, "pthread_sigmask"):       # not on Windows: nothing to hold back
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # The first spawn starts multiprocessing's resource tracker, which unblocks both signals in the spawning
+    # thread on its way out (the child then began with neither blocked): it is started before they are blocked.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
     finally:
@@ -89,16 +96,46 @@ def quiet_interrupt_while_starting() -> None:
 def ignore_interrupts() -> None:
     """A child's first statement: Ctrl-C is the sweep's to handle (the trial in flight finishes, then
     the sweep closes its workers), so the child ignores it, and drops the one it may have been sent
-    while it started (:func:`sigint_blocked`)."""
+    while it started (:func:`sigint_blocked`). SIGTERM is the sweep's too (:mod:`tuner.console` takes it
+    as Ctrl-C): one sent to the whole group (``kill -TERM -PGID``, a service manager) would end the
+    trial in flight, stored as crashed, so the child keeps it blocked, and a thread of its own waits for
+    it: sent by the parent (multiprocessing's ``terminate``), it ends the child as SIGTERM does; sent by
+    anyone else, it is dropped. A child whose parent is gone (``kill -9``) ends at once, quietly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if hasattr(signal, "sigtimedwait") and not any(t.name == _WATCHER for t in threading.enumerate()):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})     # threads begun from here on inherit it
+        threading.Thread(target=_sigterm_from_parent_only, args=(os.getppid(),), daemon=True,
+                         name=_WATCHER).start()
+
+
+def _sigterm_from_parent_only(parent: int, poll_s: float = 1.0) -> None:
+    """The child's SIGTERM, taken here alone (see :func:`ignore_interrupts`)."""
+    while True:
+        sent = signal.sigtimedwait({signal.SIGTERM}, poll_s)
+        if os.getppid() != parent:          # the parent is gone: nobody waits for this child's answer
+            os._exit(0)
+        if sent is not None and sent.si_pid == parent:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            signal.raise_signal(signal.SIGTERM)     # its default action, in this thread: the process ends
+
+
+def _quietly(target, conn, *args) -> None:
+    """A worker's ``target(conn, *args)``, its signals settled first (:func:`ignore_interrupts`: it began with
+    them blocked), ended quietly where its parent went away mid-answer (``kill -9``): a BrokenPipeError's
+    traceback would be the last words of a process nobody listens to."""
+    ignore_interrupts()
+    try:
+        target(conn, *args)
+    except (BrokenPipeError, ConnectionResetError):
+        return
 
 
 def _start(target, args: tuple, pin: str | None):
     context = multiprocessing.get_context("spawn")       # never fork a process that may hold CUDA
     conn, child = context.Pipe()
-    process = context.Process(target=target, args=(child, *args), daemon=True, name="fa2-tuner-worker")
+    process = context.Process(target=_quietly, args=(target, child, *args), daemon=True, name="fa2-tuner-worker")
     with _LOCK, _pinned(pin), sigint_blocked():
         process.start()
     child.close()
