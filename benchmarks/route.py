@@ -38,20 +38,21 @@ HEAD_DIMS = (64, 128)
 # short-length tiles (fewer rows wasted past the end, more programs) only up to SHORT_UP_TO, where a default
 # tuned at N=4096 loses most (docs/results/2026-12-03-h200-route.md). The pipelined Gluon forward is left out:
 # ws ran ahead of it at every length measured (docs/results/2026-12-01-h200-gluon.md).
-OURS = {"fwd": ("triton", "triton_64x64", "ws", "ws_128", "ws_64"), "bwd": ("triton", "gluon", "gluon_1c")}
-SHORT_ONLY = frozenset({"triton_64x64", "ws_128", "ws_64", "gluon_1c"})
+OURS = {"fwd": ("triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64"), "bwd": ("triton", "gluon", "gluon_1c")}
+SHORT_ONLY = frozenset({"triton_64x64", "ws_128", "ws_64", "ws_64x64", "gluon_1c"})
 SHORT_UP_TO = 2048
 ROUND_OFF = 0.01          # a candidate within 1% of the Triton kernel is a tie: the table keeps the Triton kernel
 
 
 def timed_candidates(pass_: str, n: int, head_dim: int, causal: bool) -> dict[str, dict]:
     """name -> the config it runs, of the candidates timed at this shape: :data:`SHORT_ONLY` ones only up to
-    :data:`SHORT_UP_TO`, and none that runs the same config as one before it (``ws_128`` is D=128's ``ws``)."""
+    :data:`SHORT_UP_TO`, each at its head dims only, and none that runs the same config as one before it
+    (``ws_128`` is D=128's ``ws``)."""
     from kernel.candidates import candidates
 
     chosen, seen = {}, []
     for name in OURS[pass_]:
-        if name in SHORT_ONLY and n > SHORT_UP_TO:
+        if (name in SHORT_ONLY and n > SHORT_UP_TO) or head_dim not in candidates(pass_)[name].head_dims:
             continue
         config = resolved(pass_, name, head_dim, causal)
         if (candidates(pass_)[name].kernel, config) not in seen:

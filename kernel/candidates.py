@@ -8,7 +8,8 @@ D=64 and D=128 (``ws_64``: the warp-specialized forward over 64-row query tiles,
 * forward: ``triton`` (:func:`kernel.triton.defaults.default_config`), ``triton_64x64`` (its knobs,
   64 x 64 tiles on 4 warps: fewer rows wasted past a short length, more programs per SM), ``ws``
   and ``pipelined`` (the Gluon variants at :data:`kernel.gluon.fwd.config.GLUON_DEFAULTS`),
-  ``ws_128`` and ``ws_64`` (ws over 128- and 64-row tiles, each with its tile's own schedule);
+  ``ws_128`` (ws over 128-row tiles, with that tile's own schedule), ``ws_64`` and ``ws_64x64`` (one
+  consumer over 64-row tiles, at registers and shared memory that let two programs share an SM);
 * backward: ``triton`` (:func:`kernel.triton.defaults.default_bwd_config`), ``gluon``
   (:data:`kernel.gluon.bwd.config.GLUON_BWD_DEFAULTS`), ``gluon_1c`` (one consumer warpgroup over
   64 keys: twice the programs of D=128's two).
@@ -32,10 +33,12 @@ class Candidate:
         kernel: forward ``"triton"``, ``"ws"`` or ``"pipelined"``; backward ``"triton"`` or ``"gluon"``.
         knobs: (name, value) pairs: for the Triton forward its tiles (block_m, block_n, num_warps,
             num_stages; its knobs stay the default's), for a Gluon kernel the fields of its config.
+        head_dims: where it is a candidate (elsewhere it spills, or is another candidate's config).
     """
 
     kernel: str
     knobs: tuple[tuple[str, object], ...] = ()
+    head_dims: tuple[int, ...] = (64, 128)
 
     @property
     def settings(self) -> dict:
@@ -51,7 +54,14 @@ FORWARD = {
     "triton_64x64": Candidate("triton", (("block_m", 64), ("block_n", 64), ("num_warps", 4), ("num_stages", 3))),
     "ws": Candidate("ws"),
     "ws_128": Candidate("ws", (("block_m", 128),)),
-    "ws_64": Candidate("ws", (("block_m", 64),)),
+    # One consumer at 232 registers: (4 x 24 + 4 x 232) / 8 = 128 per thread at launch, 32,768 a program, so two
+    # programs share an SM (at 240 it would be 33,792: one), each one's prologue and epilogue under the other's
+    # matmuls; a program per tile (a persistent grid of one program per SM would keep it at one), a ring of two
+    # stages (D=64: 82 KB of shared memory a program, where three stages would take 116 KB, too many for two).
+    # (D=64 only: at D=128 the 128-key ring leaves one program per SM, and Triton 3.6's ptxas spills at 232.)
+    "ws_64": Candidate("ws", (("block_m", 64), ("num_stages", 2), ("persistent", 0), ("consumer_regs", 232)), (64,)),
+    # The same over 64-key tiles: at D=128 a 128-key ring of two stages (128 KB) leaves room for one program only.
+    "ws_64x64": Candidate("ws", (("block_m", 64), ("block_n", 64), ("persistent", 0), ("consumer_regs", 232))),
     "pipelined": Candidate("pipelined"),
 }
 

@@ -210,6 +210,10 @@ def _checked_table(module, name: str, where: str) -> dict:
         if not shape_ok or kernel_name not in _KERNELS[name]:
             raise ValueError(f"{where}: {name}[{key!r}] = {kernel_name!r}; keys are (head dim, causal, length, "
                              f"batch x heads), candidates one of {', '.join(_KERNELS[name])}")
+        head_dims = (FORWARD if name == "FORWARD" else BACKWARD)[kernel_name].head_dims
+        if key[0] not in head_dims:
+            raise ValueError(f"{where}: {name}[{key!r}] = {kernel_name!r}, a candidate at head dim "
+                             f"{' or '.join(map(str, head_dims))} only (kernel/candidates.py)")
     return table
 
 

@@ -62,8 +62,8 @@ def test_a_failure_note_is_the_messages_last_line():
 
 
 @pytest.mark.parametrize("pass_, n, head_dim, wanted", [
-    ("fwd", 1024, 64, ["triton", "triton_64x64", "ws", "ws_128", "ws_64"]),
-    ("fwd", 1024, 128, ["triton", "triton_64x64", "ws", "ws_64"]),     # D=128's ws is the 128-row tile already
+    ("fwd", 1024, 64, ["triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64"]),
+    ("fwd", 1024, 128, ["triton", "triton_64x64", "ws", "ws_64x64"]),  # ws is the 128-row tile there; ws_64 D=64's
     ("fwd", 4096, 64, ["triton", "ws"]),                                # past SHORT_UP_TO: the defaults only
     ("bwd", 512, 128, ["triton", "gluon", "gluon_1c"]),
     ("bwd", 512, 64, ["triton", "gluon"]),                              # D=64's Gluon default has one consumer

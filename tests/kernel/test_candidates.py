@@ -25,7 +25,7 @@ MASKS = [(d, c) for d in (64, 128) for c in (False, True)]
 def test_every_candidate_is_a_config_its_kernel_takes(head_dim, causal):
     from kernel.triton.defaults import default_config
 
-    for candidate in FORWARD.values():
+    for candidate in (c for c in FORWARD.values() if head_dim in c.head_dims):
         if candidate.gluon:                        # raises, naming the problem, where the Gluon launcher would
             gluon_fwd.config_from(candidate.kernel, head_dim, causal, candidate.settings)
         else:
@@ -33,7 +33,7 @@ def test_every_candidate_is_a_config_its_kernel_takes(head_dim, causal):
             tiles = [config[n] for n in TILE_NAMES]
             check_config(*tiles, config.get("tma", False), False, None, config.get("persistent", 0))
     for name, candidate in BACKWARD.items():
-        if candidate.gluon:
+        if candidate.gluon and head_dim in candidate.head_dims:
             config = replace(route.GLUON_BWD_ROUTES[(head_dim, causal)], **candidate.settings)
             assert not config.problems(head_dim), (name, config.problems(head_dim))
 
@@ -52,7 +52,7 @@ def test_the_short_tiles_are_other_configs_than_the_defaults_where_they_are_time
 
     for head_dim, causal in MASKS:
         default = default_gluon_config(head_dim, causal, "ws")
-        for name in ("ws_128", "ws_64"):
+        for name in (n for n in ("ws_128", "ws_64", "ws_64x64") if head_dim in FORWARD[n].head_dims):
             config = gluon_fwd.config_from("ws", head_dim, causal, FORWARD[name].settings)
             assert config.block_m == FORWARD[name].settings["block_m"]
             assert (config == default) == (config.block_m == default.block_m), name
@@ -133,10 +133,13 @@ needs_route = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU with 
 GPU_SHAPES = [(2, 3, 1, 1), (1, 2, 16, 16), (1, 4, 129, 129), (2, 3, 200, 900), (2, None, 300, 70)]
 
 
+SHORT_TILES = [(name, d, c) for name in ("triton_64x64", "ws_128", "ws_64", "ws_64x64") for d, c in MASKS
+               if d in FORWARD[name].head_dims]
+
+
 @pytest.mark.gpu
 @needs_route
-@pytest.mark.parametrize("head_dim, causal", MASKS)
-@pytest.mark.parametrize("name", ["triton_64x64", "ws_128", "ws_64"])
+@pytest.mark.parametrize("name, head_dim, causal", SHORT_TILES)
 def test_a_default_call_routed_to_a_short_tile_candidate_is_right(name, head_dim, causal, monkeypatch, fresh_inputs,
                                                                   nan_outputs, assert_matches_reference):
     """What benchmarks.route may write into a bucket, run by the default call itself (the route, then the plan)."""
@@ -171,3 +174,17 @@ def test_a_triton_candidate_keeps_the_knobs_of_the_default_for_the_device(monkey
     hopper = default_config(128, False, 90)
     assert plan.launch["TMA"] is True and plan.launch["PERSISTENT"] == hopper["persistent"] > 0
     assert (plan.launch["BLOCK_M"], plan.launch["BLOCK_N"], plan.launch["num_warps"]) == (64, 64, 4)
+
+
+def test_the_one_consumer_tiles_leave_room_for_two_programs_per_sm():
+    """What ws_64 and ws_64x64 are for: 128 registers a thread at launch and at most half an SM's shared memory."""
+    from kernel.gluon.fwd.config import smem_bytes
+    from kernel.gluon.smem import STATIC_SMEM
+
+    for name in ("ws_64", "ws_64x64"):
+        for head_dim in FORWARD[name].head_dims:
+            for causal in (False, True):
+                config = gluon_fwd.config_from("ws", head_dim, causal, FORWARD[name].settings)
+                assert config.consumers == 1 and config.persistent == 0
+                assert config.maxnreg * 4 * 32 * 2 * 2 <= 65536, (name, head_dim, config.maxnreg)
+                assert 2 * (smem_bytes(config, head_dim) + STATIC_SMEM) <= 233472, (name, head_dim, causal)

@@ -84,7 +84,7 @@ def _route_candidates() -> dict:
 
     found = {}
     for name, candidate in FORWARD.items():
-        for d, causal in [(d, c) for d in (64, 128) for c in (False, True)]:
+        for d, causal in [(d, c) for d in candidate.head_dims for c in (False, True)]:
             config = config_from(candidate.kernel, d, causal, candidate.settings) if candidate.gluon else None
             if config is not None and config != default_gluon_config(d, causal, candidate.kernel):
                 found[f"candidate-{name}-D{d}-{'causal' if causal else 'full'}"] = (config, d, causal)
