@@ -165,7 +165,7 @@ NEWER = [
     ("timing: a backend's host time of its last set", "kernel/measure/timing.py",
      '"host_us": host_us(calls[0]) if host', '"host_us": host_us(calls[-1]) if host', TIMING),
     ("timing: causal flops past the last key", "kernel/measure/timing.py",
-     "kept = sum(min(i + 1, n_k) for i in range(n_q))", "kept = sum(i + 1 for i in range(n_q))", TIMING),
+     "kept = m * (m + 1) // 2 + (n_q - m) * n_k", "kept = n_q * (n_q + 1) // 2", TIMING),
     ("timing: host time of the preallocated call", "tuner/runner.py", "self._sets(problem)[0], problem, allocate=True)",
      "self._sets(problem)[0], problem, allocate=False)", TIMING),
     ("timing: timed over the first set only", "tuner/runner.py", "for tensors in self._sets(problem)]",
