@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU work on a lent GPU machine, through the device tool (run from the repo root, carry .whl: made by
-# `bash ../shared/gpu-wheels.sh pytest-xdist execnet`).
+# `bash ../shared/gpu-wheels.sh pytest-xdist execnet pytest-timeout`).
 #
 #   bash scripts/device_run.sh start 'STAGE ARGS' ...   # the stages in the background; wait up to WAIT s, pack
 #   bash scripts/device_run.sh wait                     # a later call: wait up to WAIT s more, pack
@@ -9,7 +9,8 @@
 # Stages (each one quoted word list; ARGS go to the command as they are):
 #   env                  the GPU, its driver and clock, and the Python packages' versions
 #   tests [ARGS]         pytest -m gpu over ARGS (default tests/: the whole GPU suite, on TESTS_N=12 processes where
-#                        .whl has pytest-xdist, then the 'timing' tests alone; at most TESTS_S s each), e.g.
+#                        .whl has pytest-xdist, then the 'timing' tests alone; at most TESTS_S s each, a test
+#                        at most TEST_S with pytest-timeout), e.g.
 #                        'tests tests/kernel/triton/test_kernel.py -k bf16'
 #   bench NAME [ARGS]    python -m benchmarks.NAME ARGS, e.g. 'bench route --write'
 #   job [ARGS]           the README's main command as a user, timed, in a fresh folder, e.g. 'job --gpu sm_90'
@@ -47,9 +48,11 @@ timed() {   # timed LOG COMMAND...: the command's output to LOG, its wall time a
 
 gpu_tests() {   # gpu_tests LOG MARKER ARGS...: pytest -m MARKER ARGS, the slowest tests named at the end
   local log=$1 marker=$2; shift 2
-  # -v: each test's line names its worker (which test a stuck worker holds); a test past 300 s dumps its stack.
+  # -v: each test's line names its worker; a test past 300 s dumps its stack, and (pytest-timeout from .whl)
+  # one past TEST_S fails instead of holding its worker until TESTS_S ends the suite.
+  local stop=(); python3 -c "import pytest_timeout" 2>/dev/null && stop=(--timeout "${TEST_S:-420}")
   timed "$log" timeout "${TESTS_S:-1800}" python3 -m pytest -m "$marker" -v -p no:cacheprovider -rfE --durations=25 \
-    -o faulthandler_timeout=300 "$@"
+    -o faulthandler_timeout=300 "${stop[@]}" "$@"
   grep -E "passed|failed" "$log" | tail -1; grep -E "^(FAILED|ERROR)" "$log" | head -20
 }
 
