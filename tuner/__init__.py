@@ -14,6 +14,11 @@ is the ``fa2-tuner`` command line; :mod:`tuner.sweep` the sweep's.
 from __future__ import annotations
 
 import importlib
+import time
+
+# When this package was first imported: the first thing `python -m tuner.<command>` runs after the
+# interpreter's own start (tens of ms), so the sweep's process line can add up the whole process.
+STARTED = time.perf_counter()
 
 # Names resolve on first use (PEP 562), so that running one small module, such as the
 # program Nsight Compute launches, does not import SQLAlchemy, Optuna and the compiler.

@@ -44,6 +44,19 @@ class Clock:
         return text
 
 
+def process_line(run_started: float, run_ended: float, ended: float | None = None) -> str:
+    """The whole process's wall time in three parts that add up to it: start-up (the imports, the checks of
+    the inputs, the store, the environment) before the run's clock, the run (the summary's wall time),
+    and the outputs after it (the summary, profiles, dashboards and config list)."""
+    from tuner import STARTED
+
+    ended = time.perf_counter() if ended is None else ended
+    parts = (run_started - STARTED, run_ended - run_started, ended - run_ended)
+    return (f"process wall time {sum(parts):.1f} s: start-up {parts[0]:.1f} s (imports, input checks, the store, "
+            f"the environment), the run {parts[1]:.1f} s, outputs {parts[2]:.1f} s (summary, profiles, dashboards, "
+            "config list)")
+
+
 class Progress:
     """A progress bar (tqdm on a terminal, a line every few trials in a log) with the best so far."""
 

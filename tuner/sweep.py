@@ -26,6 +26,7 @@ import os
 import signal
 import socket
 import threading
+import time
 
 from tuner import search
 from tuner.budget import CacheError, settle_caches
@@ -38,7 +39,7 @@ from tuner.outcome import WorkerFailed
 from tuner.outputs import budget_only_ending, profile_best, write_outputs
 from tuner.pre_gpu_stages import dropped, for_target
 from tuner.records import RunContext
-from tuner.report import summary
+from tuner.report import process_line, summary
 from tuner.store import (
     DEFAULT_OUT,
     INTERRUPTED,
@@ -287,10 +288,12 @@ def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
     if present is None and args.device != "cpu":
         counts = sweep.budget_only()
         db.finish_run(ctx.run_id, "budget-only")
+        run_ended = time.perf_counter()
         print(summary(ctx, db.results(study.name, target.name, ctx.gpu_label), counts, None))
         if args.profile:
             print("profile skipped: profiling needs the GPU, and there is none here", file=sys.stderr)
         write_outputs(args, ctx, db)
+        print(process_line(sweep.clock.started, run_ended))
         print(budget_only_ending(args, ctx, db, counts))
         return 0
     try:
@@ -303,10 +306,12 @@ def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
               file=sys.stderr)
         return 1
     db.finish_run(ctx.run_id, "finished")
+    run_ended = time.perf_counter()
     with TIMELINE.span("summary", "sweep"):
         print(summary(ctx, db.results(study.name, target.name, ctx.gpu_label), counts, sweep.clock, sweep.verdicts))
     profile_best(args, ctx, db)
     write_outputs(args, ctx, db)
+    print(process_line(sweep.clock.started, run_ended))
     return 0
 
 
