@@ -13,12 +13,14 @@ GPU, the versions and the date, and ``--markdown`` the report (every ratio, and 
     python -m benchmarks.route                                   # the whole grid, both passes
     python -m benchmarks.route --pass fwd --n 512 --n 1024 --bh 4x8
     python -m benchmarks.route --table kernel/route_table.py --markdown docs/results/route.md
+    python -m benchmarks.route --n 256 --n 512 --table kernel/route_table.py --update   # those lengths only
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 
@@ -169,27 +171,60 @@ def winner(ratios: dict[str, float]) -> str | None:
     return best
 
 
-def table_source(rows: list[dict], env: dict, command: str) -> str:
-    """The route table as a Python module: MEASURED (command, GPU, versions, date), FORWARD, BACKWARD."""
+ENTRY = re.compile(r"^    \((\d+), (True|False), (\d+), (\d+)\): '(\w+)',", re.M)
+
+
+def kept_entries(path: str) -> tuple[str | None, dict[str, dict[tuple, str]]]:
+    """(its date, table name -> bucket -> line) of the route table at ``path``, for ``--update``: the lines
+    as written, comments and all; (None, {}) where there is no such file."""
+    if not os.path.isfile(path):
+        return None, {}
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    date = re.search(r'"date": \'([^\']*)\'', source)
+    kept = {}
+    for name in ("FORWARD", "BACKWARD"):
+        block = source.split(f"{name} = {{", 1)[1].split("\n}", 1)[0] if f"{name} = {{" in source else ""
+        kept[name] = {(int(d), c == "True", int(n), int(bh)): line for line in block.splitlines()
+                      for d, c, n, bh, _ in ENTRY.findall(line)}
+    return date.group(1) if date else None, kept
+
+
+def table_source(rows: list[dict], env: dict, command: str, kept: dict | None = None,
+                 kept_date: str | None = None) -> str:
+    """The route table as a Python module: MEASURED (command, GPU, versions, date), FORWARD, BACKWARD; with
+    ``kept`` (:func:`kept_entries`), its lines stay at every bucket the rows did not measure."""
+    kept = kept or {}
     lines = ['"""The measured route: which kernel a default call runs, by pass, head dim, causal, length and',
              "batch x heads (read by kernel/route.py; regenerate it for your GPU with the command below).", "",
              f"Measured by ``{command}``", f"on {env['gpu']}, torch {env['torch']}, Triton {env['triton']}, "
              f"{env['date']}.", "Each entry is the fastest of our candidates there (kernel/candidates.py), timed "
              "side by side", "with SDPA-cuDNN (paired rounds); the comment gives each one's speed as a ratio to "
-             "cuDNN's.", '"""',
-             "", "MEASURED = {", f"    \"command\": {command!r},", f"    \"gpu\": {env['gpu']!r},",
-             f"    \"torch\": {env['torch']!r},", f"    \"triton\": {env['triton']!r},",
-             f"    \"date\": {env['date']!r},", "}", ""]
+             "cuDNN's."]
+    if any(kept.values()):
+        lines += [f"The buckets this command did not measure keep the entries of the table it updated "
+                  f"(measured {kept_date or 'earlier'})."]
+    lines += ['"""', "", "MEASURED = {", f"    \"command\": {command!r},", f"    \"gpu\": {env['gpu']!r},",
+              f"    \"torch\": {env['torch']!r},", f"    \"triton\": {env['triton']!r},",
+              f"    \"date\": {env['date']!r},", "}", ""]
     for pass_, name in (("fwd", "FORWARD"), ("bwd", "BACKWARD")):
-        lines.append(f"{name} = {{   # (head dim, causal, length, batch x heads) -> candidate")
-        for r in sorted((r for r in rows if r["pass_"] == pass_ and r.get("winner")),
-                        key=lambda r: (r["D"], r["causal"], r["N"], r["B"] * r["H"])):
+        entries = dict(kept.get(name, {}))
+        for r in (r for r in rows if r["pass_"] == pass_ and r.get("winner")):
             ratios = ", ".join(f"{k} {r['vs_cudnn'][k]:.2f}" for k in OURS[pass_] if r["vs_cudnn"].get(k))
-            lines.append(f"    ({r['D']}, {r['causal']}, {r['N']}, {r['B'] * r['H']}): {r['winner']!r},"
-                         f"   # {ratios}")
-        lines.append("}")
-        lines.append("")
+            key = (r["D"], r["causal"], r["N"], r["B"] * r["H"])
+            entries[key] = f"    {key!r}: {r['winner']!r},   # {ratios}"
+        lines.append(f"{name} = {{   # (head dim, causal, length, batch x heads) -> candidate")
+        lines += [entries[key] for key in sorted(entries)]
+        lines += ["}", ""]
     return "\n".join(lines)
+
+
+def write_table(path: str, source: str) -> None:
+    """The table written whole or not at all (a run killed while writing leaves the previous one)."""
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as handle:
+        handle.write(source)
+    os.replace(partial, path)
 
 
 def _fmt(value) -> str:
@@ -237,7 +272,10 @@ def parse(argv) -> argparse.Namespace:
     parser.add_argument("--bh", type=_bh, action="append",
                         help="BATCHxHEADS (default 4x8, 16x16, and 32x16 up to N=4096)")
     parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
-    parser.add_argument("--table", help="write the route table (a Python module) to this file")
+    parser.add_argument("--table", help="write the route table (a Python module) to this file, again after each shape")
+    parser.add_argument("--update", action="store_true",
+                        help="with --table: keep the entries the file already holds at buckets this run does not "
+                             "measure (a grid measured in parts, or a run cut short, resumed)")
     parser.add_argument("--markdown", help="write the report to this file")
     parser.add_argument("--json", help="write the raw rows to this file")
     args = parser.parse_args(argv)
@@ -282,6 +320,7 @@ def main(argv=None) -> int:
     command = "python -m benchmarks.route " + shlex.join(sys.argv[1:] if argv is None else argv)
     env = environment()
     warm_gpu()
+    kept_date, kept = kept_entries(args.table) if args.update else (None, {})
     rows = []
     for pass_ in args.passes or ("fwd", "bwd"):
         for head_dim in args.head_dim or HEAD_DIMS:
@@ -290,12 +329,11 @@ def main(argv=None) -> int:
                     row = measure(pass_, batch, heads, n, head_dim, causal)
                     rows.append(row)
                     print(report([row], "", "").splitlines()[-1], flush=True)
-    text = report(rows, environment_line(env), command)
-    print(text)
-    write_report(args.markdown, text, args.json, rows)
-    if args.table:
-        with open(args.table, "w") as handle:
-            handle.write(table_source(rows, env, command))
+                    # Written after every shape: a run cut short keeps what it measured (--update resumes it).
+                    write_report(args.markdown, report(rows, environment_line(env), command), args.json, rows)
+                    if args.table:
+                        write_table(args.table, table_source(rows, env, command, kept, kept_date))
+    print(report(rows, environment_line(env), command))
     return 0 if all(r.get("winner") for r in rows) else 1
 
 

@@ -87,3 +87,56 @@ def test_the_report_and_the_table_give_every_timed_candidates_ratio():
     source = route.table_source(rows, env, "python -m benchmarks.route")
     assert "(64, True, 512, 512): 'ws_64',   # triton 0.71, triton_64x64 0.80, ws 0.55, ws_64 0.93" in source
     assert route.winner({k: v for k, v in rows[0]["vs_cudnn"].items() if k in route.OURS["fwd"]}) == "ws_64"
+
+
+def _row(n, winner, ratios, pass_="fwd"):
+    return dict(pass_=pass_, B=4, H=8, N=n, D=64, causal=False, vs_cudnn=ratios, winner=winner, ms={}, notes={})
+
+
+ENV = dict(gpu="g (sm_90)", driver="580", torch="2.11", triton="3.6.0", date="2026-12-04 10:00 UTC")
+
+
+def test_an_update_keeps_the_buckets_it_did_not_measure_and_replaces_the_others(tmp_path):
+    path = tmp_path / "route.py"
+    old = dict(ENV, date="2026-12-03 11:36 UTC")
+    route.write_table(str(path), route.table_source([_row(256, "ws", dict(triton=0.8, ws=0.9)),
+                                                     _row(4096, "ws", dict(triton=0.9, ws=1.05))], old, "first"))
+    date, kept = route.kept_entries(str(path))
+    assert date == "2026-12-03 11:36 UTC" and set(kept["FORWARD"]) == {(64, False, 256, 32), (64, False, 4096, 32)}
+    source = route.table_source([_row(256, "ws_64", dict(triton=0.8, ws=0.9, ws_64=1.0))], ENV, "second", kept, date)
+    namespace = {}
+    exec(source, namespace)
+    assert namespace["FORWARD"] == {(64, False, 256, 32): "ws_64", (64, False, 4096, 32): "ws"}
+    assert "# triton 0.90, ws 1.05" in source                       # the kept line, its comment and all
+    assert "measured 2026-12-03 11:36 UTC" in namespace["__doc__"] and namespace["MEASURED"]["command"] == "second"
+
+
+def test_without_update_or_a_table_nothing_is_kept(tmp_path):
+    assert route.kept_entries(str(tmp_path / "none.py")) == (None, {})
+    source = route.table_source([_row(256, "ws", dict(triton=0.8, ws=0.9))], ENV, "only")
+    assert "did not measure" not in source
+
+
+def test_the_table_is_written_after_every_shape(tmp_path, monkeypatch):
+    """A run cut short (a lost machine) keeps every shape it measured, in a table the route can read."""
+    rows = iter([_row(256, "ws", dict(triton=0.8, ws=0.9)), _row(512, "triton", dict(triton=0.9, ws=0.8))])
+    path = tmp_path / "route.py"
+    seen = []
+
+    def measure(*args):
+        if seen:
+            seen.append(path.read_text())
+            raise KeyboardInterrupt                                 # the machine is lost after the first shape
+        seen.append(None)
+        return next(rows)
+
+    monkeypatch.setattr(route, "measure", measure)
+    monkeypatch.setattr(route.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr("kernel.measure.timing.environment", lambda: ENV)
+    monkeypatch.setattr("kernel.measure.timing.warm_gpu", lambda: None)
+    with pytest.raises(KeyboardInterrupt):
+        route.main(["--pass", "fwd", "--head-dim", "64", "--causal", "no", "--bh", "4x8", "--n", "256", "--n", "512",
+                    "--table", str(path)])
+    namespace = {}
+    exec(seen[1], namespace)
+    assert namespace["FORWARD"] == {(64, False, 256, 32): "ws"} and not (tmp_path / "route.py.partial").exists()
