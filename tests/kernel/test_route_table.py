@@ -16,6 +16,7 @@ import kernel.gluon.fwd.launch as gluon_fwd
 import kernel.route as route
 import kernel.route_table as route_table
 from benchmarks.route import table_source, winner
+from kernel.candidates import candidates
 from kernel.triton.launch import PLANS
 
 KERNELS = {"fwd": {"triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64", "pipelined"},
@@ -34,6 +35,7 @@ def test_the_committed_table_names_its_command_gpu_versions_and_date_and_holds_o
         for (head_dim, causal, length, batch_heads), name in table.items():
             assert head_dim in (64, 128) and causal in (False, True) and length >= 1 and batch_heads >= 1
             assert name in KERNELS[pass_], (pass_, name)
+            assert head_dim in candidates(pass_)[name].head_dims, (pass_, head_dim, name)
 
 
 TABLE = {(64, False, 256, 32): "ws", (64, False, 4096, 32): "triton", (64, False, 256, 256): "triton"}
