@@ -175,19 +175,25 @@ ENTRY = re.compile(r"^    \((\d+), (True|False), (\d+), (\d+)\): '(\w+)',", re.M
 
 
 def kept_entries(path: str) -> tuple[str | None, dict[str, dict[tuple, str]]]:
-    """(its date, table name -> bucket -> line) of the route table at ``path``, for ``--update``: the lines
-    as written, comments and all; (None, {}) where there is no such file."""
+    """(when its entries were measured, table name -> bucket -> line) of the route table at ``path``, for
+    ``--update``: the lines as written, comments and all; (None, {}) where there is no such file. The when is
+    its date, or "EARLIEST to DATE" where it kept entries of an earlier table itself (an update of an update)."""
     if not os.path.isfile(path):
         return None, {}
     with open(path, encoding="utf-8") as handle:
         source = handle.read()
     date = re.search(r'"date": \'([^\']*)\'', source)
+    earliest = re.search(r"did not measure keep the entries of the table it updated\s+\(measured (.+?)(?: to .+?)?\)\.",
+                         source)
     kept = {}
     for name in ("FORWARD", "BACKWARD"):
         block = source.split(f"{name} = {{", 1)[1].split("\n}", 1)[0] if f"{name} = {{" in source else ""
         kept[name] = {(int(d), c == "True", int(n), int(bh)): line for line in block.splitlines()
                       for d, c, n, bh, _ in ENTRY.findall(line)}
-    return date.group(1) if date else None, kept
+    when = date.group(1) if date else None
+    if when and earliest and earliest.group(1) not in (when, "earlier"):
+        when = f"{earliest.group(1)} to {when}"
+    return when, kept
 
 
 def table_source(rows: list[dict], env: dict, command: str, kept: dict | None = None,

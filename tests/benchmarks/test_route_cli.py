@@ -111,6 +111,21 @@ def test_an_update_keeps_the_buckets_it_did_not_measure_and_replaces_the_others(
     assert "measured 2026-12-03 11:36 UTC" in namespace["__doc__"] and namespace["MEASURED"]["command"] == "second"
 
 
+def test_an_update_of_an_update_says_since_when_its_kept_entries_were_measured(tmp_path):
+    """Bug caught: the table updated in parts (one GPU call each) said its kept entries were measured at the
+    previous part's date, though most came from the first table, measured a day before."""
+    path = tmp_path / "route.py"
+    route.write_table(str(path), route.table_source([_row(4096, "ws", dict(triton=0.9, ws=1.05))],
+                                                    dict(ENV, date="2026-12-03 11:36 UTC"), "first"))
+    for part, (n, date) in enumerate(((256, "2026-12-04 03:03 UTC"), (512, "2026-12-04 03:19 UTC"))):
+        when, kept = route.kept_entries(str(path))
+        route.write_table(str(path), route.table_source([_row(n, "ws", dict(triton=0.8, ws=0.9))],
+                                                        dict(ENV, date=date), f"part {part}", kept, when))
+    when, kept = route.kept_entries(str(path))
+    assert when == "2026-12-03 11:36 UTC to 2026-12-04 03:19 UTC" and len(kept["FORWARD"]) == 3
+    assert "(measured 2026-12-03 11:36 UTC to 2026-12-04 03:03 UTC)" in path.read_text()
+
+
 def test_without_update_or_a_table_nothing_is_kept(tmp_path):
     assert route.kept_entries(str(tmp_path / "none.py")) == (None, {})
     source = route.table_source([_row(256, "ws", dict(triton=0.8, ws=0.9))], ENV, "only")

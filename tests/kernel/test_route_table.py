@@ -83,7 +83,8 @@ def test_each_committed_entry_is_the_winner_of_the_ratios_beside_it():
         assert len(entries) == len(table) > 0, name
         for d, causal, n, bh, kernel_name, comment in entries:
             ratios = {k: float(v) for k, v in re.findall(r"(\w+) ([\d.]+)", comment)}
-            assert winner(ratios) == kernel_name, (name, d, causal, n, bh, comment)
+            best = winner(ratios)      # or one level with it in the two decimals written (1.34 and 1.34)
+            assert kernel_name == best or ratios[kernel_name] == ratios[best], (name, d, causal, n, bh, comment)
             assert table[(int(d), causal == "True", int(n), int(bh))] == kernel_name
 
 
