@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from kernel.measure.timing import WALL
-from tuner import finalists, records, report, search, winners
+from tuner import finalists, records, report, retry, search, winners
 from tuner.budget import CompilePool, CompileTask
 from tuner.budget_only import budget_only, search_study_name
 from tuner.contenders import Contenders
@@ -57,6 +57,7 @@ class SweepOptions:
     workers: int = 1             # GPU worker processes, one per device (threads of this sweep drive them)
     edge_gate: str = "contenders"    # or "all": whose edge shapes are checked (tuner.contenders)
     retime_finalists: bool = False   # re-time the finalists even where their stored verdicts stand
+    retry_failed: bool = False       # run again the configs stored as timeout or crashed (tuner.retry)
 
 
 @dataclass
@@ -98,7 +99,7 @@ class Sweep:
         self.lock = threading.RLock()                 # known, counts, clock, progress
         self.twins = BinaryClaims(self.known, self.lock, 3 * options.trial_timeout_s)
         self.stopping = False         # set as the search ends: workers are being closed
-        self.contenders = Contenders()
+        self.contenders, self.retrying = Contenders(), set()      # the configs --retry-failed runs again
 
     def budget_only(self) -> Counter:
         """Stages 1 and 2 for the target over the study's whole space, stored (no GPU)."""
@@ -117,6 +118,8 @@ class Sweep:
                                                             "gpu": ctx.gpu_label},
                                            records.warm_configs(self.store, ctx.study, ctx.target, ctx.gpu_label))
         report.resuming(self.search.orphans, self.search.foreign)
+        if options.retry_failed:      # the configs stored as timeout or crashed, asked first
+            self.retrying = retry.start(self.search, self.known, ctx.study.space, options.sampler)
         self.batch, jobs = pool_sizes(options.sampler, options.workers, ctx.study, ctx.target, self.present,
                                       options.jobs, options.batch, options.edge_gate == "all")
         deadline = time.perf_counter() + options.timeout_s if options.timeout_s else None
@@ -268,10 +271,10 @@ class Sweep:
         """The config's rows if another sweep of this study stored them, or is timing the
         config under a lower-numbered trial (then wait for its rows; if that trial ends
         without any, this one times the config itself)."""
-        ctx, key = self.ctx, asked.config.key
+        where = (self.ctx.study.name, self.ctx.target.name, self.ctx.gpu_label, asked.config.key)
 
-        def stored() -> list[Result]:
-            return self.store.config_rows(ctx.study.name, ctx.target.name, ctx.gpu_label, key)
+        def stored() -> list[Result]:       # but not the failed rows of a config this sweep retries
+            return retry.unless_retrying(self.store.config_rows(*where), self.retrying)
 
         rows = stored()
         leader = None if rows else self.search.leader(asked.number, asked.config)
@@ -290,7 +293,7 @@ class Sweep:
             return      # a worker killed as the sweep stops (a second Ctrl-C) judges nothing: redone on resume
         if not reused:
             with TIMELINE.span("store", trial=asked.number):
-                stored = self.store.insert_results(rows)
+                stored = retry.store_rows(self.store, rows, self.retrying, self.lock)
             reused = stored is not rows
             rows = stored
         with self.lock:

@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 
-from tuner import search
+from tuner import retry, search
 from tuner.budget import CacheError, settle_caches
 from tuner.contenders import EDGE_GATES
 from tuner.driver import Sweep, SweepOptions
@@ -64,11 +64,13 @@ EXAMPLES = f"""examples:
   python -m tuner.sweep --gpu sm_90 --study hopper_knobs --sampler grid   # TMA, warp specialization, ...
   python -m tuner.sweep --gpu sm_90 --sampler grid --workers 2
   python -m tuner.sweep --gpu sm_90 --storage postgresql+psycopg://tuner@dbhost/fa2   # same command on each host
+  python -m tuner.sweep --gpu sm_90 --trial-timeout 600 --retry-failed   # the configs that timed out, again
 
 Outputs go to --out ({DEFAULT_OUT}/ by default): the database tuning.db, dashboards/ and
 configs/<study>_<target>_configs.py, a @triton.autotune list to paste into your code.
 Interrupted (Ctrl-C, kill -9, a crash)? Run the same command again to resume: finished trials are
-kept, the one in flight is redone, nothing is timed twice. Ctrl-C marks the run interrupted in the
+kept, the one in flight is redone, nothing is timed twice (configs stored as timeout or crashed
+are run again only under --retry-failed). Ctrl-C marks the run interrupted in the
 store (exit 130); a run whose process is gone is marked so by the next sweep. Without a CUDA GPU the
 sweep runs the budget stage for --gpu (compiling for it on the CPU), stores it, and stops; its
 verdicts are also the Optuna study <study>@<target>-budget, for optuna-dashboard.
@@ -125,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", type=int, nargs="?", const=3, metavar="K",
                         help="at the end, profile each shape's best K configs (default 3) and SDPA with Nsight "
                              "Compute, as python -m tuner.profile does; skipped, saying why, without ncu")
+    parser.add_argument("--retry-failed", action="store_true", help=retry.HELP)
     parser.add_argument("--no-outputs", action="store_true", help="skip the dashboards and the emitted config list")
     parser.add_argument("--trace", metavar="FILE", help="write the run's timeline (each trial's ask, compiles, check, "
                                                         "timing and store) to FILE, a new Chrome trace-event JSON "
@@ -224,7 +227,7 @@ def _run(args, parser, study, target, present, gpu_label, db: Store, argv) -> in
     previous = signal.signal(signal.SIGINT, _first_interrupt) if main_thread else None
     try:
         with TIMELINE.span("sweep", "sweep"):
-            return _search_and_outputs(args, ctx, present, db)
+            return _search_and_outputs(args, ctx, present, db, command)
     except KeyboardInterrupt:
         if main_thread:
             signal.signal(signal.SIGINT, signal.SIG_IGN)     # the message and the row come first
@@ -270,22 +273,27 @@ def _interrupted(db: Store, ctx: RunContext, command: str, budget_only: bool) ->
                 "starts from them)"
     print(f"{kept}; run {ctx.run_id} is marked {INTERRUPTED} in {db.url}. Resume with the same command (nothing "
           f"stored is redone):\n  {command}", file=sys.stderr)
+    again = retry.advice(rows, command)
+    if again:
+        print(again, file=sys.stderr)
     return 130
 
 
-def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
+def _search_and_outputs(args, ctx: RunContext, present, db: Store, command: str) -> int:
     """The search (or, without a GPU, the budget stage), the run's end in the store, and the outputs."""
     sweep = Sweep(ctx, db, present, SweepOptions(
         sampler=args.sampler, trials=args.trials, timeout_s=args.timeout, seed=args.seed, jobs=args.jobs,
         batch=args.batch, trial_timeout_s=args.trial_timeout, device=args.device, finalists=args.finalists,
         rounds=args.rounds, retime=args.retime, workers=args.workers, edge_gate=args.edge_gate,
-        retime_finalists=args.retime_finalists))
+        retime_finalists=args.retime_finalists, retry_failed=args.retry_failed))
     study, target = ctx.study, ctx.target
     left_out = f" ({', '.join(dropped(study))} left out: {target.name} cannot run them)" if dropped(study) else ""
     print(f"study {study.name} ({study.path}): {len(study.shapes)} shape(s), {len(study.space.all_configs())} "
           f"configs{left_out}; target {target.name}; GPU used: {ctx.gpu_label}"
           + (f" x {args.workers} workers" if args.workers > 1 else "") + f"; storage {db.url}", file=sys.stderr)
     if present is None and args.device != "cpu":
+        if args.retry_failed:
+            print(f"{retry.FLAG}: no GPU here, so only the budget stage runs; nothing is retried", file=sys.stderr)
         counts = sweep.budget_only()
         db.finish_run(ctx.run_id, "budget-only")
         run_ended = time.perf_counter()
@@ -304,11 +312,18 @@ def _search_and_outputs(args, ctx: RunContext, present, db: Store) -> int:
                 else f"the sweep stopped on {type(exc).__name__}")
         print(f"error: {what}: {exc}. Finished trials are stored; fix the cause and run the same command to resume.",
               file=sys.stderr)
+        again = retry.advice(db.results(study.name, target.name, ctx.gpu_label), command)
+        if again:
+            print(again, file=sys.stderr)
         return 1
     db.finish_run(ctx.run_id, "finished")
     run_ended = time.perf_counter()
     with TIMELINE.span("summary", "sweep"):
-        print(summary(ctx, db.results(study.name, target.name, ctx.gpu_label), counts, sweep.clock, sweep.verdicts))
+        rows = db.results(study.name, target.name, ctx.gpu_label)
+        print(summary(ctx, rows, counts, sweep.clock, sweep.verdicts))
+        again = retry.advice(rows, command)
+        if again:
+            print(again)
     profile_best(args, ctx, db)
     write_outputs(args, ctx, db)
     print(process_line(sweep.clock.started, run_ended))

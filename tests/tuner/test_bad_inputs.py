@@ -207,6 +207,8 @@ if not torch.cuda.is_available():
 
 DASHBOARD = [
     (["--storage", "sqlite:///{tmp}/empty.db", "--out", _t("a-file")], "is a file"),
+    (["--storage", "sqlite:///{tmp}/results.db", "--out", ""], "--out '' is empty; give a folder"),
+    (["--storage", "sqlite:///{tmp}/results.db", "--out", "  "], "--out '  ' is empty; give a folder"),
     (["--storage", "sqlite:///{tmp}/typo.db", "--out", _t("pages")], "no such database file"),
     (["--storage", "sqlite:///{tmp}/corrupt.db", "--out", _t("pages")], "cannot open"),
     (["--storage", "sqlite:///{tmp}/foreign.db", "--out", _t("pages")], "not an fa2-tuner store"),

@@ -17,9 +17,10 @@ A sweep keeps the pages already written where nothing they are drawn from change
 """
 
 from tuner.dashboard._budget_map import BUDGET_METRICS, CELL_PX, budget_heatmap
+from tuner.dashboard._build import build_all
 from tuner.dashboard._cli import main
 from tuner.dashboard._heatmap import MAX_VARIANTS, drawn_variants, heatmap, page_name
-from tuner.dashboard._pages import build_all, store_name, with_plotly_note
+from tuner.dashboard._pages import store_name, with_plotly_note
 from tuner.dashboard._roofline import intensity, profiled_point, roof_tflops, roofline
 from tuner.dashboard._stamp import STAMP
 

@@ -9,6 +9,8 @@ index. Pages of timed rows are :mod:`tuner.dashboard._heatmap`'s, unchanged.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import html
 import shlex
 
@@ -24,6 +26,8 @@ from tuner.status import Status
 from tuner.store import Result
 
 FITS = (Status.PENDING, Status.FITS, Status.SPILLS)
+# The store the pages are drawn from (:func:`drawn_from`): a title's fallback command stores into it.
+STORAGE: contextvars.ContextVar[str | None] = contextvars.ContextVar("fa2_tuner_dashboard_storage", default=None)
 # ColorBrewer's Blues, Oranges and Reds without their near-white ends, so that no fitting cell looks like
 # the grey of a rejected one.
 BLUES = [[0, "#c6dbef"], [0.33, "#6baed6"], [0.67, "#2171b5"], [1, "#08306b"]]
@@ -164,9 +168,28 @@ def _wrapped(text: str, columns: int) -> str:
     return "<br>".join(lines + [line])
 
 
+@contextlib.contextmanager
+def drawn_from(url: str):
+    """Pages drawn in the block come from the store at ``url``: a budget-only page whose run is not in the store
+    names it (``--storage``) in the command its title gives (:func:`fallback_command`)."""
+    token = STORAGE.set(url)
+    try:
+        yield
+    finally:
+        STORAGE.reset(token)
+
+
+def fallback_command(first: Result) -> str:
+    """The sweep that times a study's rows on a GPU, into the store they were read from, where the rows' own
+    run (its stored command) is not in the store."""
+    storage = STORAGE.get()
+    return (f"python -m tuner.sweep --study {shlex.quote(first.study)} --gpu {first.target}"
+            + (f" --storage {shlex.quote(storage)}" if storage else ""))
+
+
 def _title(rows: list[Result], variants: list[str], total: int, command: str) -> str:
     first = rows[0]
-    command = command or f"python -m tuner.sweep --study {shlex.quote(first.study)} --gpu {first.target}"
+    command = command or fallback_command(first)
     fit = sum(1 for r in rows if r.status in FITS)
     dates = sorted(r.created_at for r in rows)
     drawn = (f"; {len(variants)} of {total} knob variants drawn, those where the most fit" if total > len(variants)

@@ -8,7 +8,8 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from tuner.dashboard._pages import DEFAULT_DIR, build_all
+from tuner.dashboard._build import build_all
+from tuner.dashboard._pages import DEFAULT_DIR
 from tuner.formatting import usage_error
 from tuner.store import DEFAULT_URL, Store, StoreError
 
@@ -20,13 +21,16 @@ def main(argv=None) -> int:
                f"--out pages --study article\n(default store {DEFAULT_URL})",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--storage", default=DEFAULT_URL, help=f"database URL (default {DEFAULT_URL})")
-    parser.add_argument("--out", type=Path, default=DEFAULT_DIR, help=f"folder for the pages (default {DEFAULT_DIR})")
+    parser.add_argument("--out", default=str(DEFAULT_DIR), help=f"folder for the pages (default {DEFAULT_DIR})")
     parser.add_argument("--study", action="append", help="only this study (repeatable; default every study)")
     parser.add_argument("--shape", action="append", help="heatmaps of this shape only, e.g. \"B4 H8 Nq4096 Nk4096 "
                                                          "D64 bf16\" (repeatable; default every shape)")
     parser.add_argument("--plotlyjs", choices=("directory", "cdn"), default="directory",
                         help="plotly.min.js beside the pages (offline; default) or from plotly's CDN")
     args = parser.parse_args(argv)
+    if not args.out.strip():        # Path("") is the working folder: the pages would land among its files
+        return usage_error(parser, f"--out {args.out!r} is empty; give a folder, e.g. {DEFAULT_DIR}")
+    args.out = Path(args.out)
     if args.out.exists() and not args.out.is_dir():
         return usage_error(parser, f"--out {str(args.out)!r} is a file; give a folder (it is created if missing)")
     try:

@@ -170,3 +170,17 @@ def test_the_note_goes_once_plotly_has_loaded_and_stays_without_it(budget_store,
     blank = _render(page, tmp_path, "--dump-dom").stdout
     assert 'id="fa2-plotly-note"' in blank and "main-svg" not in blank
     assert "plotly did not load" in blank
+
+
+def test_a_page_whose_run_is_gone_gives_a_command_that_stores_into_this_store(budget_store, tmp_path):
+    """Bug caught (issue 43): without its run's stored command, the title's sweep named no --storage, so pasted it
+    wrote another store (fa2-out/tuning.db) than the one the page was drawn from."""
+    from tuner.store import Run
+
+    with budget_store.session() as session:
+        session.query(Run).delete()
+    pages = dashboard.build_all(budget_store, tmp_path / "pages")
+    heatmaps = [p for p in pages if p.name.endswith("-bf16.html")]
+    assert heatmaps and all(f"--gpu sm_90 --storage {budget_store.url}" in p.read_text().replace("\\u002f", "/")
+                            for p in heatmaps)      # the page's JSON writes / as \u002f
+    assert "--storage" not in dashboard.budget_heatmap(_rows(budget_store)).layout.title.text   # no store: none
