@@ -230,6 +230,7 @@ KNOBS = (Knob("tma", False, "TMA"), Knob("warp_specialize", False, "WARP_SPEC"),
 KNOB_CONSTEXPRS = tuple((knob.constexpr, knob.default) for knob in KNOBS if knob.constexpr)
 # (block_m, block_n, num_warps, num_stages) and the knobs, with their defaults, as the launcher takes them.
 KNOB_DEFAULTS = (None, None, None, None) + tuple(knob.default for knob in KNOBS)
+MAX_TILE = 2 ** 20          # Triton's largest tensor (triton.language.TRITON_MAX_TENSOR_NUMEL): block_m x block_n
 TILE_NAMES = ("block_m", "block_n", "num_warps", "num_stages")      # a config's first four, by name
 # The kernel arguments whose change makes @triton.autotune tune again (it adds dtypes itself).
 AUTOTUNE_KEY = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
@@ -249,6 +250,9 @@ def check_config(block_m: int, block_n: int, num_warps: int, num_stages: int, tm
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         if not is_pow2(value) or value < 16:
             raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
+    if block_m * block_n > MAX_TILE:
+        raise ValueError(f"block_m={block_m} x block_n={block_n} is over Triton's largest tensor ({MAX_TILE} elements, "
+                         "the score tile); use smaller tiles")
     if not is_pow2(num_warps := as_int("num_warps", num_warps, "a power of two from 1 to 32")) or num_warps > 32:
         raise ValueError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
     if not is_count(num_stages := as_int("num_stages", num_stages, ">= 1"), 1):
