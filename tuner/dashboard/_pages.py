@@ -167,5 +167,5 @@ def _index(directory: Path, index: dict[str, list[tuple[str, str]]], url: str) -
         "across, one panel per warps and stages; grey cells were rejected, labelled with the reason. Budget-only "
         "pages (no GPU timed the configs) colour those that fit by shared memory, registers or spills. Profile pages: "
         "Nsight Compute counters of each shape's best configs beside SDPA (python -m tuner.profile).</p>\n"
-        f"{items}\n</body></html>\n")
+        f"{items}\n</body></html>\n", encoding="utf-8")          # its labels hold a middle dot, whatever the locale
     return path
