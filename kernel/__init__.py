@@ -20,7 +20,8 @@ The module map (the one place it is written; tests/test_imports.py checks the im
     call), ``bwd_launch`` (the backward's plans), ``defaults`` (the configs of a call that names
     none), ``autotune`` (both passes under an autotuner), ``configs_h200*`` (emitted lists).
 ``kernel/gluon/`` (Hopper only; shared: ``api`` the gate on Triton's Gluon and the device,
-``attention`` device code, ``checks``, ``direct`` direct launches, ``smem`` the budget's units)
+``attention`` device code, ``schedule`` the order programs take tiles in (causal: groups of heads
+that fit in the L2), ``checks``, ``direct`` direct launches, ``smem`` the budget's units)
     ``fwd/``: ``kernel`` (pipelined), ``kernel_ws`` (warp-specialized), ``split`` (the last
     wave's split), ``config``, ``launch``, ``plan``, ``compile`` (cross-compiler), ``autotune``;
     ``bwd/``: ``kernel``, ``producer``, ``config``, ``launch``, ``plan``, ``compile``, ``check``.

@@ -44,20 +44,6 @@ UNSPECIALISED = ("H", "BH")
 
 
 @jit
-def tile_coords(tile, tiles_m, BH, CAUSAL: gl.constexpr):
-    """(query tile, batch x head) of linear tile ``tile``. Causal: the heaviest row of tiles
-    first, across all heads, so the last wave is short; else a head's tiles together (its keys
-    stay in L2)."""
-    if CAUSAL:
-        tile_m = tiles_m - 1 - tile // BH
-        bh = tile % BH
-    else:
-        tile_m = tile % tiles_m
-        bh = tile // tiles_m
-    return tile_m, bh
-
-
-@jit
 def key_tiles(start_m, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
     """(full, total) for the query rows [start_m, start_m + BLOCK_M): key tiles [0, full) are
     valid for every row and need no mask; [full, total) need one (the ragged last tile, the

@@ -121,8 +121,9 @@ def _device_source() -> str:
     import kernel.gluon.bwd.kernel as device
     import kernel.gluon.bwd.launch as launcher
     import kernel.gluon.bwd.producer as producer
+    import kernel.gluon.schedule as schedule
 
-    return "".join(inspect.getsource(m) for m in (shared, producer, device, launcher))
+    return "".join(inspect.getsource(m) for m in (shared, schedule, producer, device, launcher))
 
 
 class GluonBackward(AttentionBackward):

@@ -111,8 +111,9 @@ def _device_source() -> str:
     """The Gluon kernels' device code (every module that holds some of it)."""
     import kernel.gluon.attention as shared
     import kernel.gluon.fwd.kernel_ws as ws
+    import kernel.gluon.schedule as schedule
 
-    return inspect.getsource(shared) + inspect.getsource(ws)
+    return inspect.getsource(shared) + inspect.getsource(schedule) + inspect.getsource(ws)
 
 
 class GluonForward(AttentionForward):

@@ -57,7 +57,8 @@ from kernel.gluon.api import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from kernel.gluon.bwd.producer import _producer, key_tile_coords, query_tiles
+from kernel.gluon.bwd.producer import _producer, query_tiles
+from kernel.gluon.schedule import BWD_BYTES_PER_ELEMENT, heads_per_group, key_tile_coords
 
 LOG2E_F = gl.constexpr(1.4426950408889634) if GLUON_IMPORT_ERROR is None else 1.4426950408889634
 # H and BH only split a tile's index into batch and head: specialising on them buys nothing.
@@ -221,7 +222,8 @@ def _epilogue(dk, dv, kv_bufs, dk_desc, dv_desc, ds_free, count, batch, head, st
 
 @jit
 def _consumer(kv_bufs, kv_bars, ring, ps_bufs, ds_bars, dq_bufs, dq_desc, dk_desc, dv_desc, LSE, DELTA, H, BH,
-              N_Q, N_K, qk_scale, sm_scale, CAUSAL: gl.constexpr, C: gl.constexpr, CONSUMERS: gl.constexpr):
+              N_Q, N_K, qk_scale, sm_scale, CAUSAL: gl.constexpr, C: gl.constexpr, CONSUMERS: gl.constexpr,
+              L2_BYTES: gl.constexpr):
     """Consumer C: dK and dV of its keys of each key tile of this program, and its share of dQ."""
     kv_ready, kv_empty = kv_bars
     BLOCK_N: gl.constexpr = kv_bufs[0].shape[3]
@@ -233,10 +235,13 @@ def _consumer(kv_bufs, kv_bars, ring, ps_bufs, ds_bars, dq_bufs, dq_desc, dk_des
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, ROWS, 16])
     tiles_n = gl.cdiv(N_K, BLOCK_N)
+    group = heads_per_group(N_Q, BH, L2_BYTES, HEAD_DIM * BWD_BYTES_PER_ELEMENT)
     count = 0
-    done = 0
     for tile in range(gl.program_id(0), tiles_n * BH, gl.num_programs(0)):
-        tile_n, bh = key_tile_coords(tile, tiles_n, BH, CAUSAL)
+        # The key tiles this program has done, from the tile itself: a counter carried across the loop beside the
+        # group's would be one register more than D=128's causal default has (Triton 3.6's ptxas spilled 8 bytes).
+        done = (tile - gl.program_id(0)) // gl.num_programs(0)
+        tile_n, bh = key_tile_coords(tile, tiles_n, BH, group, CAUSAL)
         batch = bh // H
         head = bh % H
         start_n = tile_n * BLOCK_N
@@ -255,7 +260,6 @@ def _consumer(kv_bufs, kv_bars, ring, ps_bufs, ds_bars, dq_bufs, dq_desc, dk_des
                            dq_desc, LSE + rows, DELTA + rows, batch, head, offs_n, N_Q, N_K, qk_scale, False, CAUSAL,
                            C, CONSUMERS)
         count += n_tiles
-        done += 1  # noqa: SIM113 (device code: no enumerate)
         _epilogue(dk, dv, kv_bufs, dk_desc, dv_desc, ds_bars[1], count, batch, head, start_n, N_K, sm_scale, C,
                   CONSUMERS)
         mbarrier.arrive(kv_empty)                              # the producer may load the next K and V
@@ -297,26 +301,28 @@ def _allocate(q_desc, k_desc, dq_desc, NUM_STAGES: gl.constexpr, DQ_BUFS: gl.con
 @jit(do_not_specialize=UNSPECIALISED)
 def bwd_gluon_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, LSE, DELTA, H, BH, N_Q, N_K,
                      qk_scale, sm_scale, CAUSAL: gl.constexpr, NUM_STAGES: gl.constexpr, DQ_BUFS: gl.constexpr,
-                     CONSUMERS: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                     CONSUMERS: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                     L2_BYTES: gl.constexpr):
     """Allocates the buffers and barriers, then forks the consumers and the producer."""
     kv_bufs, kv_bars, ring, ps_bufs, ds_bars, dq_bufs = _allocate(q_desc, k_desc, dq_desc, NUM_STAGES, DQ_BUFS,
                                                                   CONSUMERS)
     if CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (kv_bufs, kv_bars, ring, ps_bufs, ds_bars, dq_bufs, dq_desc, dk_desc, dv_desc, LSE, DELTA, H,
-                         BH, N_Q, N_K, qk_scale, sm_scale, CAUSAL, 0, CONSUMERS)),
-            (_producer, (k_desc, v_desc, q_desc, do_desc, kv_bufs, kv_bars, ring, H, BH, N_Q, N_K, CAUSAL)),
+                         BH, N_Q, N_K, qk_scale, sm_scale, CAUSAL, 0, CONSUMERS, L2_BYTES)),
+            (_producer, (k_desc, v_desc, q_desc, do_desc, kv_bufs, kv_bars, ring, H, BH, N_Q, N_K, CAUSAL, L2_BYTES)),
             (_consumer, (kv_bufs, kv_bars, ring, ps_bufs, ds_bars, dq_bufs, dq_desc, dk_desc, dv_desc, LSE, DELTA, H,
-                         BH, N_Q, N_K, qk_scale, sm_scale, CAUSAL, 1, CONSUMERS)),
+                         BH, N_Q, N_K, qk_scale, sm_scale, CAUSAL, 1, CONSUMERS, L2_BYTES)),
         ], [1, 4], [PRODUCER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
             (_consumer, (kv_bufs, kv_bars, ring, ps_bufs, ds_bars, dq_bufs, dq_desc, dk_desc, dv_desc, LSE, DELTA, H,
-                         BH, N_Q, N_K, qk_scale, sm_scale, CAUSAL, 0, CONSUMERS)),
-            (_producer, (k_desc, v_desc, q_desc, do_desc, kv_bufs, kv_bars, ring, H, BH, N_Q, N_K, CAUSAL)),
+                         BH, N_Q, N_K, qk_scale, sm_scale, CAUSAL, 0, CONSUMERS, L2_BYTES)),
+            (_producer, (k_desc, v_desc, q_desc, do_desc, kv_bufs, kv_bars, ring, H, BH, N_Q, N_K, CAUSAL, L2_BYTES)),
         ], [1], [PRODUCER_REGS])
 
 
-# Every JIT function of the kernel, in file order (their source is the device code).
-JIT_FUNCTIONS = (key_tile_coords, query_tiles, _producer, _scores, _p_ds, _dq_chunks, _step, _epilogue, _consumer,
-                 _allocate, bwd_gluon_kernel)
+# Every JIT function of the kernel: the schedule's, then this package's in file order (their source is the
+# device code).
+JIT_FUNCTIONS = (heads_per_group, key_tile_coords, query_tiles, _producer, _scores, _p_ds, _dq_chunks, _step,
+                 _epilogue, _consumer, _allocate, bwd_gluon_kernel)

@@ -17,6 +17,7 @@ kernel ``gluon_bwd``.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -28,6 +29,7 @@ from kernel.gluon.api import GluonUnavailable, gl, gluon_bwd_support
 from kernel.gluon.bwd.config import HEAD_DIMS, KEYS_PER_CONSUMER, GluonBwdConfig, default_gluon_bwd_config
 from kernel.gluon.bwd.plan import GluonBwdPlan
 from kernel.gluon.checks import DTYPES, tma_strides
+from kernel.gluon.schedule import L2_BYTES
 from kernel.triton.bwd_launch import _plan_key
 from kernel.triton.launch import PLANS, cached_plan
 
@@ -95,10 +97,12 @@ def _descriptor(name: str, t4: torch.Tensor, rows: int, cols: int | None = None)
     return TensorDescriptor(t4, list(t4.shape), tma_strides(name, t4), block, layout)
 
 
-def launch_arguments(q, k, v, dout, dq_acc, dk, dv, lse, delta, config: GluonBwdConfig, causal: bool):
+def launch_arguments(q, k, v, dout, dq_acc, dk, dv, lse, delta, config: GluonBwdConfig, causal: bool,
+                     l2_bytes: int = L2_BYTES):
     """(kernel, positional arguments, constexprs, options) of the Gluon kernel's launch on
     [B, H, N, D] tensors (``dq_acc`` fp32 [B, H, N_q, D]); the launcher and the
-    cross-compiler (with stand-in tensors) both use this."""
+    cross-compiler (with stand-in tensors) both use this. ``l2_bytes``: what a group of heads of the
+    causal tile order may read (:mod:`kernel.gluon.schedule`)."""
     from kernel.gluon.bwd.kernel import bwd_gluon_kernel
 
     batch, heads, n_q, head_dim = q.shape
@@ -110,7 +114,7 @@ def launch_arguments(q, k, v, dout, dq_acc, dk, dv, lse, delta, config: GluonBwd
     args = (*descriptors, lse, delta, heads, batch * heads, n_q, k.shape[2], sm_scale * LOG2E, sm_scale)
     constexprs = dict(CAUSAL=causal, NUM_STAGES=config.num_stages, DQ_BUFS=config.dq_bufs,
                       CONSUMERS=config.consumers, PRODUCER_REGS=config.producer_regs,
-                      CONSUMER_REGS=config.consumer_regs)
+                      CONSUMER_REGS=config.consumer_regs, L2_BYTES=l2_bytes)
     options = dict(num_warps=4, maxnreg=config.maxnreg)
     return bwd_gluon_kernel, args, constexprs, options
 
@@ -121,15 +125,18 @@ KNOB_NAMES = ("block_m", "num_stages", "dq_bufs", "consumers", "persistent", "pr
 
 
 def checked_plan(q, k, v, out, lse, dout, causal, knobs: dict | None = None, grads=(None, None, None),
-                 **plan_options) -> GluonBwdPlan:
+                 l2_bytes: int = L2_BYTES, **plan_options) -> GluonBwdPlan:
     """Every check of a first call, then its :class:`~kernel.gluon.bwd.plan.GluonBwdPlan` (not kept:
-    :func:`plan_for` keeps it). ``plan_options``: the plan's ``direct`` and ``cache_maps``."""
+    :func:`plan_for` keeps it). ``plan_options``: the plan's ``direct`` and ``cache_maps``; ``l2_bytes``:
+    the causal tile order's budget (:mod:`kernel.gluon.schedule`; the tests and ``benchmarks.tile_order``
+    set others)."""
     reason = gluon_bwd_support(capability_of(q))
     if reason is not None:
         raise GluonUnavailable(reason)
     check_bwd_inputs(q, k, v, out, lse, dout, causal, grads)
     config = config_from(q.shape[-1], causal, knobs or {})
-    return GluonBwdPlan(q, k, v, out, lse, dout, causal, config, grads, launch_arguments, **plan_options)
+    arguments = launch_arguments if l2_bytes == L2_BYTES else functools.partial(launch_arguments, l2_bytes=l2_bytes)
+    return GluonBwdPlan(q, k, v, out, lse, dout, causal, config, grads, arguments, **plan_options)
 
 
 def plan_for(q, k, v, out, lse, dout, causal, knobs: dict, grads=(None, None, None)) -> GluonBwdPlan:

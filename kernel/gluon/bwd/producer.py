@@ -4,21 +4,9 @@
 from __future__ import annotations
 
 from kernel.gluon.api import gl, jit, mbarrier, tma_load
+from kernel.gluon.schedule import BWD_BYTES_PER_ELEMENT, heads_per_group, key_tile_coords
 
 # ------------------------------------------------------------------------- tile bookkeeping
-
-
-@jit
-def key_tile_coords(tile, tiles_n, BH, CAUSAL: gl.constexpr):
-    """(key tile, batch x head) of linear tile ``tile``. Causal: key tile 0 (seen by the most
-    queries) of every head first, so the last wave is short; else a head's tiles together."""
-    if CAUSAL:
-        tile_n = tile // BH
-        bh = tile % BH
-    else:
-        tile_n = tile % tiles_n
-        bh = tile // tiles_n
-    return tile_n, bh
 
 
 @jit
@@ -44,7 +32,8 @@ def query_tiles(start_n, N_Q, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
 
 
 @jit
-def _producer(k_desc, v_desc, q_desc, do_desc, kv_bufs, kv_bars, ring, H, BH, N_Q, N_K, CAUSAL: gl.constexpr):
+def _producer(k_desc, v_desc, q_desc, do_desc, kv_bufs, kv_bars, ring, H, BH, N_Q, N_K, CAUSAL: gl.constexpr,
+              L2_BYTES: gl.constexpr):
     """K and V of each key tile once, then Q and dO of its query tiles through the ring."""
     k_buf, v_buf = kv_bufs
     kv_ready, kv_empty = kv_bars
@@ -53,10 +42,11 @@ def _producer(k_desc, v_desc, q_desc, do_desc, kv_bufs, kv_bars, ring, H, BH, N_
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     tiles_n = gl.cdiv(N_K, BLOCK_N)
+    group = heads_per_group(N_Q, BH, L2_BYTES, q_desc.block_type.shape[3] * BWD_BYTES_PER_ELEMENT)
     count = 0
     done = 0
     for tile in range(gl.program_id(0), tiles_n * BH, gl.num_programs(0)):
-        tile_n, bh = key_tile_coords(tile, tiles_n, BH, CAUSAL)
+        tile_n, bh = key_tile_coords(tile, tiles_n, BH, group, CAUSAL)
         batch = bh // H
         head = bh % H
         start_n = tile_n * BLOCK_N

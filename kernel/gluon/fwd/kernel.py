@@ -37,8 +37,8 @@ from kernel.gluon.attention import (
     finish_rows,
     key_tiles,
     prefetch,
-    tile_coords,
 )
+from kernel.gluon.schedule import FWD_BYTES_PER_ELEMENT, heads_per_group, query_tile_coords
 
 __all__ = ["_fwd_pipelined_kernel"]
 
@@ -67,7 +67,8 @@ def _allocate(q_desc, k_desc, v_desc, NUM_STAGES: gl.constexpr):
 
 @jit(do_not_specialize=UNSPECIALISED)
 def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, qk_scale,
-                          CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, NUM_STAGES: gl.constexpr):
+                          CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, NUM_STAGES: gl.constexpr,
+                          L2_BYTES: gl.constexpr):
     """One partition: query tiles pid, pid + programs, ... of the [B*H, tiles] grid."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -84,10 +85,11 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, BH, N_Q, N_K, 
     q = qo_buf.reshape([BLOCK_M, HEAD_DIM])
 
     tiles_m = gl.cdiv(N_Q, BLOCK_M)
+    group = heads_per_group(N_K, BH, L2_BYTES, HEAD_DIM * FWD_BYTES_PER_ELEMENT)
     count = 0                                     # key tiles this program has consumed
     done = 0                                      # query tiles this program has finished
     for tile in range(gl.program_id(0), tiles_m * BH, gl.num_programs(0)):
-        tile_m, bh = tile_coords(tile, tiles_m, BH, CAUSAL)
+        tile_m, bh = query_tile_coords(tile, tiles_m, BH, group, CAUSAL)
         batch = bh // H
         head = bh % H
         start_m = tile_m * BLOCK_M

@@ -32,8 +32,8 @@ from kernel.gluon.attention import (
     load_v,
     rows_of,
     step_simple,
-    tile_coords,
 )
+from kernel.gluon.schedule import FWD_BYTES_PER_ELEMENT, heads_per_group, query_tile_coords
 
 # TAIL and SPLITS are counts of the launch's work (a 1 would otherwise compile a second binary).
 WS_UNSPECIALISED = UNSPECIALISED + ("TAIL", "SPLITS")
@@ -41,7 +41,7 @@ WS_UNSPECIALISED = UNSPECIALISED + ("TAIL", "SPLITS")
 
 @jit
 def _producer(q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, TAIL, SPLITS,
-              CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr, SPLIT: gl.constexpr):
+              CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr, SPLIT: gl.constexpr, L2_BYTES: gl.constexpr):
     """Loads Q for each consumer, then the work item's keys and values into the ring."""
     k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty = ring
     stages: gl.constexpr = k_bufs.shape[0]
@@ -49,10 +49,11 @@ def _producer(q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q
     BLOCK_M: gl.constexpr = ROWS * CONSUMERS
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     tiles_m = gl.cdiv(N_Q, BLOCK_M)
+    group = heads_per_group(N_K, BH, L2_BYTES, k_desc.block_type.shape[3] * FWD_BYTES_PER_ELEMENT)
     count = 0
     done = 0
     for item in range(gl.program_id(0), work_items(tiles_m, BH, TAIL, SPLITS, SPLIT), gl.num_programs(0)):
-        tile_m, bh, tile, part, parts = work_item(item, tiles_m, BH, TAIL, SPLITS, CAUSAL, SPLIT)
+        tile_m, bh, tile, part, parts = work_item(item, tiles_m, BH, group, TAIL, SPLITS, CAUSAL, SPLIT)
         batch = bh // H
         head = bh % H
         start_m = tile_m * BLOCK_M
@@ -84,7 +85,7 @@ def _producer(q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q
 @jit
 def _consumer(q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH, N_Q, N_K,
               qk_scale, TAIL, SPLITS, C: gl.constexpr, CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr,
-              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, SPLIT: gl.constexpr):
+              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, SPLIT: gl.constexpr, L2_BYTES: gl.constexpr):
     """Consumer warpgroup C: attention for rows [64 C, 64 C + 64) of every work item's query tile."""
     ROWS: gl.constexpr = q_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -105,11 +106,12 @@ def _consumer(q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars,
     else:           # no turns (three consumers have none): a placeholder that is never waited on
         turns = (turn_bars.index(0), turn_bars.index(0), 0)
     tiles_m = gl.cdiv(N_Q, BLOCK_M)
+    group = heads_per_group(N_K, BH, L2_BYTES, HEAD_DIM * FWD_BYTES_PER_ELEMENT)
     count = 0
     done = 0
     turn = 0
     for item in range(gl.program_id(0), work_items(tiles_m, BH, TAIL, SPLITS, SPLIT), gl.num_programs(0)):
-        tile_m, bh, tile, part, parts = work_item(item, tiles_m, BH, TAIL, SPLITS, CAUSAL, SPLIT)
+        tile_m, bh, tile, part, parts = work_item(item, tiles_m, BH, group, TAIL, SPLITS, CAUSAL, SPLIT)
         batch = bh // H
         head = bh % H
         start_m = tile_m * BLOCK_M
@@ -159,7 +161,8 @@ def _store_tile(acc, m_i, l_i, o_desc, o_buf, LSE, bh, batch, head, row0, offs_m
 def _fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, WS_O, WS_L, H, BH, N_Q, N_K, qk_scale, TAIL, SPLITS,
                    CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, NUM_STAGES: gl.constexpr,
                    CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, SPLIT: gl.constexpr):
+                   PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, SPLIT: gl.constexpr,
+                   L2_BYTES: gl.constexpr):
     """Allocates the buffers and barriers, then forks the partitions (module docstring)."""
     dtype: gl.constexpr = q_desc.dtype
     q_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
@@ -188,29 +191,29 @@ def _fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, WS_O, WS_L, H, BH, N_Q, 
     if CONSUMERS == 3:         # 192-row tiles: no turns (the turnstile is for two)
         gl.warp_specialize([
             (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
-                         N_Q, N_K, qk_scale, TAIL, SPLITS, 0, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT)),
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 0, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT, L2_BYTES)),
             (_producer, (q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, TAIL, SPLITS, CAUSAL,
-                         CONSUMERS, SPLIT)),
+                         CONSUMERS, SPLIT, L2_BYTES)),
             (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
-                         N_Q, N_K, qk_scale, TAIL, SPLITS, 1, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT)),
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 1, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT, L2_BYTES)),
             (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
-                         N_Q, N_K, qk_scale, TAIL, SPLITS, 2, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT)),
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 2, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT, L2_BYTES)),
         ], [1, 4, 4], [PRODUCER_REGS, CONSUMER_REGS, CONSUMER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
-                         N_Q, N_K, qk_scale, TAIL, SPLITS, 0, CAUSAL, CONSUMERS, OVERLAP, PINGPONG, SPLIT)),
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 0, CAUSAL, CONSUMERS, OVERLAP, PINGPONG, SPLIT, L2_BYTES)),
             (_producer, (q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, TAIL, SPLITS, CAUSAL,
-                         CONSUMERS, SPLIT)),
+                         CONSUMERS, SPLIT, L2_BYTES)),
             (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
-                         N_Q, N_K, qk_scale, TAIL, SPLITS, 1, CAUSAL, CONSUMERS, OVERLAP, PINGPONG, SPLIT)),
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 1, CAUSAL, CONSUMERS, OVERLAP, PINGPONG, SPLIT, L2_BYTES)),
         ], [1, 4], [PRODUCER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
             (_consumer, (q_desc, o_desc, q_bufs, o_bufs, q_ready, q_empty, ring, turn_bars, LSE, WS_O, WS_L, H, BH,
-                         N_Q, N_K, qk_scale, TAIL, SPLITS, 0, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT)),
+                         N_Q, N_K, qk_scale, TAIL, SPLITS, 0, CAUSAL, CONSUMERS, OVERLAP, False, SPLIT, L2_BYTES)),
             (_producer, (q_desc, k_desc, v_desc, q_bufs, q_ready, q_empty, ring, H, BH, N_Q, N_K, TAIL, SPLITS, CAUSAL,
-                         CONSUMERS, SPLIT)),
+                         CONSUMERS, SPLIT, L2_BYTES)),
         ], [1], [PRODUCER_REGS])
 
 
@@ -229,8 +232,9 @@ def work_items(tiles_m, BH, TAIL, SPLITS, SPLIT: gl.constexpr):
 
 
 @jit
-def work_item(item, tiles_m, BH, TAIL, SPLITS, CAUSAL: gl.constexpr, SPLIT: gl.constexpr):
-    """(query tile, batch x head, linear tile, part, parts) of a persistent program's work item.
+def work_item(item, tiles_m, BH, GROUP, TAIL, SPLITS, CAUSAL: gl.constexpr, SPLIT: gl.constexpr):
+    """(query tile, batch x head, linear tile, part, parts) of a persistent program's work item
+    (tiles in :func:`kernel.gluon.schedule.query_tile_coords`' order, causal in groups of ``GROUP`` heads).
 
     Without ``SPLIT`` an item is a tile (one part: the binary of a kernel that never splits).
     With it, items below ``TAIL`` are whole tiles, and the tiles from ``TAIL`` on (the persistent
@@ -244,7 +248,7 @@ def work_item(item, tiles_m, BH, TAIL, SPLITS, CAUSAL: gl.constexpr, SPLIT: gl.c
             tile = TAIL + (item - TAIL) // SPLITS
             part = (item - TAIL) % SPLITS
             parts = SPLITS
-    tile_m, bh = tile_coords(tile, tiles_m, BH, CAUSAL)
+    tile_m, bh = query_tile_coords(tile, tiles_m, BH, GROUP, CAUSAL)
     return tile_m, bh, tile, part, parts
 
 

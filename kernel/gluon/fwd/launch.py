@@ -15,6 +15,7 @@ out = 0, lse = -inf. Here: bf16 and fp16 only, D = 64 or 128, CUDA sm_90.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -27,6 +28,7 @@ from kernel.gluon.checks import DTYPES, check_inputs, check_outputs, tma_strides
 from kernel.gluon.fwd.config import HEAD_DIMS, VARIANTS, GluonConfig, default_gluon_config, tile_defaults
 from kernel.gluon.fwd.kernel import _fwd_pipelined_kernel
 from kernel.gluon.fwd.plan import GluonLaunchPlan
+from kernel.gluon.schedule import L2_BYTES
 from kernel.triton.launch import PLANS, cached_plan, plan_key
 
 __all__ = ["GLUON_FORWARD", "KNOB_NAMES", "checked_plan", "config_from", "flash_attn_fwd_gluon",
@@ -46,12 +48,14 @@ def _descriptor(name: str, t4: torch.Tensor, rows: int):
     return TensorDescriptor(t4, list(t4.shape), tma_strides(name, t4), block, layout)
 
 
-def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool, split: tuple | None = None):
+def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool, split: tuple | None = None,
+                     l2_bytes: int = L2_BYTES):
     """(kernel, positional arguments, constexprs, options) of a launch on [B, H, N, D] views.
 
     The launcher and the cross-compiler (``compile.py``, with stand-in tensors) both use this.
     ``split``: the ws kernel's ``(TAIL, SPLITS, WS_O, WS_L)`` (:mod:`kernel.gluon.fwd.split`); None
-    splits nothing (``TAIL`` = every tile, the workspaces stand-ins never written).
+    splits nothing (``TAIL`` = every tile, the workspaces stand-ins never written). ``l2_bytes``: what
+    a group of heads of the causal tile order may read (:mod:`kernel.gluon.schedule`).
     """
     from kernel.gluon.fwd.kernel_ws import _fwd_ws_kernel
 
@@ -60,7 +64,7 @@ def launch_arguments(q4, k4, v4, o4, lse, config: GluonConfig, causal: bool, spl
     descriptors = (_descriptor("q", q4, rows), _descriptor("k", k4, config.block_n),
                    _descriptor("v", v4, config.block_n), _descriptor("out", o4, rows))
     scalars = (heads, batch * heads, n_q, k4.shape[2], LOG2E / math.sqrt(head_dim))
-    constexprs = dict(CAUSAL=causal, OVERLAP=config.overlap, NUM_STAGES=config.num_stages)
+    constexprs = dict(CAUSAL=causal, OVERLAP=config.overlap, NUM_STAGES=config.num_stages, L2_BYTES=l2_bytes)
     options = dict(num_warps=config.num_warps)
     if config.variant == "ws":
         tail, splits, ws_o, ws_l = split or (triton.cdiv(n_q, config.block_m) * batch * heads, 1, lse, lse)
@@ -94,16 +98,19 @@ KNOB_NAMES = ("block_m", "block_n", "num_stages", "overlap", "pingpong", "persis
 
 
 def checked_plan(q, k, v, causal, variant: str = "pipelined", knobs: dict | None = None, out=None, lse=None,
-                 **plan_options) -> GluonLaunchPlan:
+                 l2_bytes: int = L2_BYTES, **plan_options) -> GluonLaunchPlan:
     """Every check of a first call, then its :class:`~kernel.gluon.fwd.plan.GluonLaunchPlan` (not kept:
-    :func:`plan_for` keeps it). ``plan_options``: the plan's ``direct`` and ``cache_maps``."""
+    :func:`plan_for` keeps it). ``plan_options``: the plan's ``direct`` and ``cache_maps``; ``l2_bytes``:
+    the causal tile order's budget (:mod:`kernel.gluon.schedule`; the tests and ``benchmarks.tile_order``
+    set others)."""
     reason = gluon_support(capability_of(q))
     if reason is not None:
         raise GluonUnavailable(reason)
     check_inputs(q, k, v, causal)
     check_outputs(out, lse, q)
     config = config_from(variant, q.shape[-1], causal, knobs or {})
-    return GluonLaunchPlan(q, k, v, causal, config, out, lse, launch_arguments, **plan_options)
+    arguments = launch_arguments if l2_bytes == L2_BYTES else functools.partial(launch_arguments, l2_bytes=l2_bytes)
+    return GluonLaunchPlan(q, k, v, causal, config, out, lse, arguments, **plan_options)
 
 
 def plan_for(q, k, v, causal, variant: str, knobs: dict, out=None, lse=None) -> GluonLaunchPlan:

@@ -80,7 +80,7 @@ def _merge_kernel(WS_O, WS_L, OUT, LSE, TAIL, SPLITS, tiles_m, H, N_Q, so_b, so_
     r = pid // (BLOCK_M // ROWS)
     rows = (pid % (BLOCK_M // ROWS)) * ROWS + tl.arange(0, ROWS)
     tile = TAIL + r
-    tile_m = tile % tiles_m                         # kernel.gluon.attention.tile_coords, non-causal
+    tile_m = tile % tiles_m                         # kernel.gluon.schedule.query_tile_coords, non-causal
     bh = tile // tiles_m
     cols = tl.arange(0, D)
     m = tl.full([ROWS], float("-inf"), tl.float32)

@@ -1,7 +1,8 @@
 """The Gluon kernels' schedule, mirrored in PyTorch and checked against the reference.
 
 ``kernel/gluon/attention.py`` splits the work in ways a GPU run may not cover shape by shape:
-persistent programs walking tiles (``tile_coords``), each consumer taking the whole tile's
+persistent programs walking tiles (``kernel.gluon.schedule.query_tile_coords``, run here on
+Python ints, in groups of heads), each consumer taking the whole tile's
 key range (``key_tiles``), tile 0 always through the mask and later tiles masked from
 ``max(full, 1)``, and the overlapped step that adds P_{j-1} V_{j-1} before rescaling by tile
 j's alpha. This file runs those steps line for line on the CPU, on ragged shapes, so a slip in
@@ -51,9 +52,13 @@ def _consumer_model(q, k, v, first, rows, full, total, causal, block_n):
     return acc / l_i[:, None], (m_i + torch.log2(l_i)) * math.log(2)
 
 
-def _schedule_model(q, k, v, causal, block_m, block_n, rows, programs):
-    """The kernels' schedule in PyTorch: persistent programs walk the tiles as ``tile_coords``
-    orders them, each consumer of ``rows`` rows takes the whole tile's key range (``key_tiles``)."""
+def _schedule_model(q, k, v, causal, block_m, block_n, rows, programs, group=2):
+    """The kernels' schedule in PyTorch: persistent programs walk the tiles as ``query_tile_coords``
+    orders them (causal: in groups of ``group`` heads), each consumer of ``rows`` rows takes the whole
+    tile's key range (``key_tiles``)."""
+    from kernel.gluon.schedule import query_tile_coords
+
+    coords = getattr(query_tile_coords, "fn", query_tile_coords)     # the device function's body, on ints
     bh_count, n_q, _ = q.shape
     n_k = k.shape[1]
     out, lse = torch.full_like(q, float("nan")), torch.full((bh_count, n_q), float("nan"))
@@ -61,8 +66,7 @@ def _schedule_model(q, k, v, causal, block_m, block_n, rows, programs):
     seen = []
     for program in range(programs):
         for tile in range(program, tiles_m * bh_count, programs):
-            tile_m, bh = ((tiles_m - 1 - tile // bh_count, tile % bh_count) if causal
-                          else (tile % tiles_m, tile // tiles_m))
+            tile_m, bh = coords(tile, tiles_m, bh_count, min(group, bh_count), causal)
             seen.append((tile_m, bh))
             start = tile_m * block_m
             key_stop = min(start + block_m, n_k) if causal else n_k

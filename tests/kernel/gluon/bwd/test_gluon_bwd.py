@@ -235,6 +235,35 @@ def test_short_and_tile_edge_lengths(n, smoke):
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_causal_key_tiles_in_several_groups_of_heads_are_right(head_dim, smoke):
+    """The causal key-tile order in groups of heads (kernel.gluon.schedule), with a budget of 5 heads'
+    queries: 2 x 24 heads in 10 groups, the last of 3; through the JIT, then the direct launch."""
+    from kernel.gluon.bwd.check import references
+    from kernel.gluon.bwd.launch import checked_plan
+    from kernel.reference import grad_accuracy
+    from kernel.triton.fwd import JIT_KERNEL, KNOB_DEFAULTS, plan_for
+
+    _healthy(smoke)
+    seed = int.from_bytes(os.urandom(4), "little")
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    n_q, n_k = 333, 777
+    q, dout = (torch.randn(2, 24, n_q, head_dim, generator=gen).to("cuda", torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(2, 24, n_k, head_dim, generator=gen).to("cuda", torch.bfloat16) for _ in range(2))
+    out, lse = plan_for(JIT_KERNEL, KNOB_DEFAULTS, q, k, v, True)(q, k, v)
+    refs = references(q, k, v, dout, True)
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    plan = checked_plan(q, k, v, out, lse, dout, True, {}, tuple(grads), l2_bytes=5 * n_q * head_dim * 8)
+    for launch in ("jit", "direct"):
+        ours = plan(q, k, v, out, lse, dout, *(g.fill_(float("nan")) for g in grads))
+        torch.cuda.synchronize()
+        verdict = grad_accuracy(ours, *refs, q.dtype)
+        assert verdict.ok, f"D{head_dim} groups of 5, {launch}, seed={seed}: {verdict.reason}"
+    assert plan.mode in ("maps", "descriptors")
+
+
+@pytest.mark.gpu
+@needs_hopper
 def test_no_keys_or_no_queries_give_zeros(smoke):
     _healthy(smoke)
     q, dout = (torch.randn(1, 2, 70, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))

@@ -385,6 +385,27 @@ def test_the_last_wave_split_over_the_keys_is_right(config, smoke, fresh_inputs,
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("variant, head_dim", [("ws", 64), ("ws", 128), ("pipelined", 128)])
+def test_causal_tiles_in_several_groups_of_heads_are_right(variant, head_dim, smoke, fresh_inputs, nan_outputs,
+                                                           assert_matches_reference):
+    """The causal tile order in groups of heads (kernel.gluon.schedule), with a budget of 5 heads' keys:
+    2 x 24 heads in 10 groups, the last of 3 (at the real budget, a shape this small is one group). The
+    default configs: D=64 a program per tile, D=128 persistent. Through the JIT, then the direct launch."""
+    from kernel.gluon.fwd.launch import checked_plan
+
+    _healthy(smoke, variant)
+    n_q, n_k = 777, 333
+    q, k, v, seed = _inputs(fresh_inputs, 2, 24, n_q, n_k, head_dim)
+    out, lse = nan_outputs(q)
+    plan = checked_plan(q, k, v, True, variant, {}, out, lse, l2_bytes=5 * n_k * head_dim * 4)
+    for launch in ("jit", "direct"):
+        plan(q, k, v, out.fill_(float("nan")), lse.fill_(float("nan")))
+        assert_matches_reference(out, lse, q, k, v, True, seed, label=f"{variant} D{head_dim} groups of 5, {launch}")
+    assert variant != "ws" or plan.mode in ("maps", "descriptors")
+
+
+@pytest.mark.gpu
+@needs_hopper
 def test_no_keys_and_returned_outputs(smoke, fresh_inputs):
     _healthy(smoke, "ws")
     q, k, v, _ = _inputs(fresh_inputs, 1, 2, 70, 0, 64)

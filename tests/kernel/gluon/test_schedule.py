@@ -1,0 +1,81 @@
+"""kernel.gluon.schedule: the order the Gluon kernels' programs take their tiles, walked on the CPU.
+
+The device functions use integer arithmetic only, so their bodies (``fn.fn``) run on Python ints:
+these tests walk the very code the kernels compile. A slip here (a tile taken twice or never, a
+group that mixes heads, the heaviest tiles no longer first, a group that no longer fits the L2)
+fails a test; the GPU tests then check the kernels' outputs over shapes whose heads fall in several
+groups (tests/kernel/gluon/fwd/test_gluon.py, tests/kernel/gluon/bwd/test_gluon_bwd.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel.gluon import schedule
+
+
+def _body(fn):
+    return getattr(fn, "fn", fn)          # the @jit function's Python body (itself where Gluon is missing)
+
+
+query_coords, key_coords, heads_per_group = (_body(schedule.query_tile_coords), _body(schedule.key_tile_coords),
+                                             _body(schedule.heads_per_group))
+
+SHAPES = [(1, 1, 1), (4, 3, 2), (4, 7, 3), (5, 16, 16), (3, 10, 4), (2, 5, 1), (6, 9, 100)]   # tiles, BH, group
+
+
+@pytest.mark.parametrize("coords", [query_coords, key_coords], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tiles, bh_count, group", SHAPES)
+def test_every_tile_is_taken_once(coords, causal, tiles, bh_count, group):
+    order = [coords(t, tiles, bh_count, min(group, bh_count), causal) for t in range(tiles * bh_count)]
+    assert sorted(order) == [(m, b) for m in range(tiles) for b in range(bh_count)]
+
+
+@pytest.mark.parametrize("tiles, bh_count, group", SHAPES)
+def test_causal_tiles_come_in_groups_of_heads_heaviest_first(tiles, bh_count, group):
+    group = min(group, bh_count)
+    fwd = [query_coords(t, tiles, bh_count, group, True) for t in range(tiles * bh_count)]
+    bwd = [key_coords(t, tiles, bh_count, group, True) for t in range(tiles * bh_count)]
+    for order, heaviest_last in ((fwd, True), (bwd, False)):
+        for start in range(0, bh_count, group):           # a group's tiles are consecutive and hold its heads only
+            heads = range(start, min(start + group, bh_count))
+            span = order[start * tiles:(start + len(heads)) * tiles]
+            assert {bh for _, bh in span} == set(heads)
+            # the heaviest tile row first (the forward's last query tile, the backward's first key tile), each
+            # row of tiles over the group's heads in turn, heads fastest
+            rows = [m for m, _ in span]
+            assert rows == sorted(rows, reverse=heaviest_last)
+            assert [bh for _, bh in span[:len(heads)]] == list(heads)
+
+
+def test_one_group_of_every_head_is_the_order_across_all_heads():
+    tiles, bh_count = 4, 6
+    assert [query_coords(t, tiles, bh_count, bh_count, True) for t in range(24)] == [
+        (tiles - 1 - t // bh_count, t % bh_count) for t in range(24)]
+    assert [key_coords(t, tiles, bh_count, bh_count, True) for t in range(24)] == [
+        (t // bh_count, t % bh_count) for t in range(24)]
+
+
+def test_non_causal_takes_a_heads_tiles_together_whatever_the_group():
+    for group in (1, 2, 6):
+        assert [query_coords(t, 4, 6, group, False) for t in range(24)] == [(t % 4, t // 4) for t in range(24)]
+        assert [key_coords(t, 4, 6, group, False) for t in range(24)] == [(t % 4, t // 4) for t in range(24)]
+
+
+def test_a_group_holds_the_heads_whose_inputs_fit_in_the_budget():
+    row = 64 * getattr(schedule.FWD_BYTES_PER_ELEMENT, "value", schedule.FWD_BYTES_PER_ELEMENT)
+    # D=64 forward: K and V are 256 bytes a row. 32 MiB hold 128 heads of 1024 rows, 32 of 4096.
+    assert heads_per_group(1024, 512, schedule.L2_BYTES, row) == 128
+    assert heads_per_group(4096, 512, schedule.L2_BYTES, row) == 32
+    assert heads_per_group(1025, 512, schedule.L2_BYTES, row) == 127        # rounded down: the group fits
+    assert heads_per_group(1024, 16, schedule.L2_BYTES, row) == 16          # never more than there are heads
+    assert heads_per_group(10 ** 7, 16, schedule.L2_BYTES, row) == 1        # a head over the budget: one at a time
+    assert heads_per_group(1, 7, schedule.L2_BYTES, row) == 7
+
+
+def test_the_budget_constants():
+    value = (lambda c: getattr(c, "value", c))
+    assert schedule.L2_BYTES == 32 * 1024 * 1024
+    assert value(schedule.FWD_BYTES_PER_ELEMENT) == 4       # K and V in 16 bits
+    assert value(schedule.BWD_BYTES_PER_ELEMENT) == 8       # Q and dO in 16 bits, dQ's fp32 accumulator
