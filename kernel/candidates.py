@@ -62,6 +62,12 @@ FORWARD = {
     "ws_64": Candidate("ws", (("block_m", 64), ("num_stages", 2), ("persistent", 0), ("consumer_regs", 232)), (64,)),
     # The same over 64-key tiles: at D=128 a 128-key ring of two stages (128 KB) leaves room for one program only.
     "ws_64x64": Candidate("ws", (("block_m", 64), ("block_n", 64), ("persistent", 0), ("consumer_regs", 232))),
+    # Persistent forms of the short tiles (two programs an SM walk the tiles, the producer loading a program's
+    # next Q and keys while its consumer finishes a tile), and of the 128-row tile at D=64.
+    "ws_64_p2": Candidate("ws", (("block_m", 64), ("num_stages", 2), ("persistent", 2), ("consumer_regs", 232)),
+                          (64,)),
+    "ws_64x64_p2": Candidate("ws", (("block_m", 64), ("block_n", 64), ("persistent", 2), ("consumer_regs", 232))),
+    "ws_128_p1": Candidate("ws", (("block_m", 128), ("persistent", 1)), (64,)),
     "pipelined": Candidate("pipelined"),
 }
 

@@ -19,6 +19,8 @@ from kernel.triton.fwd import TILE_NAMES, check_config
 from kernel.triton.launch import PLANS
 
 MASKS = [(d, c) for d in (64, 128) for c in (False, True)]
+# The Gluon forward candidates other than the defaults (timed at short lengths only).
+SHORT_GLUON = ("ws_128", "ws_64", "ws_64x64", "ws_64_p2", "ws_64x64_p2", "ws_128_p1")
 
 
 @pytest.mark.parametrize("head_dim, causal", MASKS)
@@ -52,7 +54,7 @@ def test_the_short_tiles_are_other_configs_than_the_defaults_where_they_are_time
 
     for head_dim, causal in MASKS:
         default = default_gluon_config(head_dim, causal, "ws")
-        for name in (n for n in ("ws_128", "ws_64", "ws_64x64") if head_dim in FORWARD[n].head_dims):
+        for name in (n for n in SHORT_GLUON if head_dim in FORWARD[n].head_dims):
             config = gluon_fwd.config_from("ws", head_dim, causal, FORWARD[name].settings)
             assert config.block_m == FORWARD[name].settings["block_m"]
             assert (config == default) == (config.block_m == default.block_m), name
@@ -133,7 +135,7 @@ needs_route = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU with 
 GPU_SHAPES = [(2, 3, 1, 1), (1, 2, 16, 16), (1, 4, 129, 129), (2, 3, 200, 900), (2, None, 300, 70)]
 
 
-SHORT_TILES = [(name, d, c) for name in ("triton_64x64", "ws_128", "ws_64", "ws_64x64") for d, c in MASKS
+SHORT_TILES = [(name, d, c) for name in ("triton_64x64", *SHORT_GLUON) for d, c in MASKS
                if d in FORWARD[name].head_dims]
 
 
@@ -177,14 +179,15 @@ def test_a_triton_candidate_keeps_the_knobs_of_the_default_for_the_device(monkey
 
 
 def test_the_one_consumer_tiles_leave_room_for_two_programs_per_sm():
-    """What ws_64 and ws_64x64 are for: 128 registers a thread at launch and at most half an SM's shared memory."""
+    """What ws_64 and ws_64x64 are for: 128 registers a thread at launch and at most half an SM's shared memory;
+    their persistent forms launch two programs per SM, which therefore fit together."""
     from kernel.gluon.fwd.config import smem_bytes
     from kernel.gluon.smem import STATIC_SMEM
 
-    for name in ("ws_64", "ws_64x64"):
+    for name, persistent in (("ws_64", 0), ("ws_64x64", 0), ("ws_64_p2", 2), ("ws_64x64_p2", 2)):
         for head_dim in FORWARD[name].head_dims:
             for causal in (False, True):
                 config = gluon_fwd.config_from("ws", head_dim, causal, FORWARD[name].settings)
-                assert config.consumers == 1 and config.persistent == 0
+                assert config.consumers == 1 and config.persistent == persistent
                 assert config.maxnreg * 4 * 32 * 2 * 2 <= 65536, (name, head_dim, config.maxnreg)
                 assert 2 * (smem_bytes(config, head_dim) + STATIC_SMEM) <= 233472, (name, head_dim, causal)

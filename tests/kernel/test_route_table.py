@@ -19,7 +19,8 @@ from benchmarks.route import table_source, winner
 from kernel.candidates import candidates
 from kernel.triton.launch import PLANS
 
-KERNELS = {"fwd": {"triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64", "pipelined"},
+KERNELS = {"fwd": {"triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64", "ws_64_p2", "ws_64x64_p2",
+                   "ws_128_p1", "pipelined"},
            "bwd": {"triton", "gluon", "gluon_1c"}}
 
 
@@ -187,7 +188,8 @@ def test_a_users_table_is_read_again_when_it_changes(monkeypatch, tmp_path):
     ("FORWARD = {(64, False, 512): 'ws'}\nBACKWARD = {}\n", "keys are (head dim, causal, length, batch x heads)"),
     ("FORWARD = {(64, 'no', 512, 32): 'ws'}\nBACKWARD = {}\n", "FORWARD[(64, 'no', 512, 32)]"),
     ("FORWARD = {(64, False, 512, 32): 'gluon'}\nBACKWARD = {}\n",
-     "candidates one of triton, triton_64x64, ws, ws_128, ws_64, ws_64x64, pipelined"),
+     "candidates one of triton, triton_64x64, ws, ws_128, ws_64, ws_64x64, ws_64_p2, ws_64x64_p2, ws_128_p1, "
+     "pipelined"),
     ("FORWARD = {(128, False, 512, 32): 'ws_64'}\nBACKWARD = {}\n", "a candidate at head dim 64 only"),
     ("FORWARD = {}\nBACKWARD = {(64, False, 512, 32): 'ws'}\n", "candidates one of triton, gluon, gluon_1c"),
 ])
