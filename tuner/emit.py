@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tuner import budget, records, winners
 from tuner.finalists import ShapeVerdict
-from tuner.formatting import pct, sweep_command, usage_error
+from tuner.formatting import nonempty, pct, sweep_command, usage_error
 from tuner.gate import edges_checked
 from tuner.gpus import GpuSpec
 from tuner.paths import unwritable
@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the pass whose results to list, as given to the sweep's --pass: fwd, bwd or fwd+bwd; "
                              "default the study's own. Another pass than the study file's lists the results stored "
                              "as study <name>-<pass>, as a @triton.autotune list of that pass's kernel")
-    parser.add_argument("--storage", default=DEFAULT_URL, help=f"database URL (default {DEFAULT_URL})")
+    parser.add_argument("--storage", default=DEFAULT_URL, type=nonempty, help=f"database URL (default {DEFAULT_URL})")
     parser.add_argument("--gpu-used", help="which GPU's measurements, when the store has several (default: the one "
                                            "with most timed configs)")
     parser.add_argument("--top", type=int, default=3,

@@ -10,6 +10,14 @@ import sys
 __all__ = ["fmt", "headline", "pct", "sweep_command", "usage_error"]
 
 
+def nonempty(text: str) -> str:
+    """An argparse ``type`` for a flag whose empty value means nothing (``--storage ''``): refused, exit 2,
+    rather than taken as the flag's default."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty: give a value, or leave the flag out for its default")
+    return text
+
+
 def usage_error(parser: argparse.ArgumentParser, message: str) -> int:
     """Print the usage line and ``prog: error: message`` to stderr; return exit code 2."""
     parser.print_usage(sys.stderr)

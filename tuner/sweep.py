@@ -33,7 +33,7 @@ from tuner.budget import CacheError, settle_caches
 from tuner.contenders import EDGE_GATES
 from tuner.driver import Sweep, SweepOptions
 from tuner.finalists import RETIMES
-from tuner.formatting import usage_error
+from tuner.formatting import nonempty, usage_error
 from tuner.gate import EDGE_MARGIN
 from tuner.outcome import WorkerFailed
 from tuner.outputs import budget_only_ending, profile_best, write_outputs
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "is infeasible and is asked again (as many again at most)")
     parser.add_argument("--timeout", type=float, help="stop asking for new trials after this many seconds")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
-    parser.add_argument("--storage", help="SQLAlchemy database URL for results and the Optuna study "
+    parser.add_argument("--storage", type=nonempty, help="SQLAlchemy database URL for results and the Optuna study "
                                           "(default sqlite:///OUT/tuning.db)")
     parser.add_argument("--storage-init", action="store_true",
                         help="add the tuner's tables to a database that holds other tables and none of ours (refused "

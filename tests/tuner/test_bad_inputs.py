@@ -258,6 +258,15 @@ KERNEL_BENCH = [
 if not torch.cuda.is_available():
     KERNEL_BENCH.append(([], "no CUDA GPU is visible here"))
 
+# A flag given empty means nothing: refused, not taken as its default (the 2026-12-04 battery: --storage ''
+# ran the sweep into the default store, --kernel '' judged the default kernel).
+EMPTY = "'' is empty: give a value, or leave the flag out for its default"
+SWEEP.append((["--gpu", "sm_89", "--storage", ""], f"argument --storage: {EMPTY}"))
+EMIT.append((["--study", "article", "--gpu", "sm_90", "--storage", ""], f"argument --storage: {EMPTY}"))
+DASHBOARD.append((["--storage", ""], f"argument --storage: {EMPTY}"))
+BUDGET += [(["--gpu", "sm_89", "--kernel", ""], f"argument --kernel: {EMPTY}"),
+           (["--gpu", "sm_89", "--pass", ""], f"argument --pass: {EMPTY}")]
+
 CLIS = ([(sweep.main, args, fragment) for args, fragment in SWEEP]
         + [(emit.main, args, fragment) for args, fragment in EMIT]
         + [(dashboard.main, args, fragment) for args, fragment in DASHBOARD]
@@ -602,8 +611,11 @@ def test_budget_says_invalid_tiles_without_compiling_and_each_verdict_once(monke
     real = _verdict.compile_many
     monkeypatch.setattr(_verdict, "compile_many", lambda tasks, *a, **k: asked.extend(tasks) or real([], *a, **k))
     assert budget_main(["--gpu", "sm_89", "--config", "100,64,4,3", "--config", "64x64_w4_s2_tma",
-                        "--config", "64,64,4,9"]) == 0
-    out = capsys.readouterr().out
+                        "--config", "64,64,4,9"]) == 2          # two of them bad inputs: named, after every verdict
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "--config 100,64,4,3: block_m=100" in captured.err and "--config 64,64,4,9: num_stages=9" in captured.err
+    assert "64x64_w4_s2_tma" not in captured.err
     assert ("invalid: block_m=100 is not allowed (powers of two only); use one of 16, 32, 64, 128, 256"
             in out), out
     assert "invalid: num_stages=9 is not allowed; use one of 1, 2, 3, 4, 5, 6, 7, 8" in out

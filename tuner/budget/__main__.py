@@ -12,9 +12,10 @@ from dataclasses import asdict
 from tuner import kernels
 from tuner.budget._cache import CacheError, settle_caches
 from tuner.budget._verdict import check_many
-from tuner.formatting import fmt, headline, usage_error
+from tuner.formatting import fmt, headline, nonempty, usage_error
 from tuner.gpus import GpuSpec, valid_names
 from tuner.problem import DTYPE_BYTES, HEAD_DIMS, Problem
+from tuner.status import Status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,9 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--causal", action="store_true", help="compile the causal variant")
     parser.add_argument("--config", action="append", default=[],
                         help="BM,BN,WARPS,STAGES (or a config key) to check instead of the default space (repeatable)")
-    parser.add_argument("--kernel", default=kernels.DEFAULT_KERNEL,
+    parser.add_argument("--kernel", default=kernels.DEFAULT_KERNEL, type=nonempty,
                         help=f"the kernel (default {kernels.DEFAULT_KERNEL}; or a module path exposing KERNEL)")
-    parser.add_argument("--pass", dest="pass_", help="its pass: fwd, bwd, fwd+bwd (default: the kernel's)")
+    parser.add_argument("--pass", dest="pass_", type=nonempty,
+                        help="its pass: fwd, bwd, fwd+bwd (default: the kernel's)")
     parser.add_argument("--model-only", action="store_true", help="use the analytic model, compile nothing")
     parser.add_argument("--jobs", type=int, default=None, help="compile processes (default: every core)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -100,8 +102,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"target": gpu.name, "problem": asdict(problem), "fits": fitting,
                           "total": len(results), "results": [r.as_row() for r in results]}, indent=1))
-        return 0
-    _print_table(results, gpu, problem)
+    else:
+        _print_table(results, gpu, problem)
+    # A config given that the kernel cannot take at all (a field outside its values, a combination it refuses) is a
+    # bad input: every config is judged above, then the command ends as any refused argument does.
+    invalid = [(text, r) for text, r in zip(args.config, results) if r.verdict == Status.INVALID]
+    if invalid:
+        return usage_error(parser, "; ".join(f"--config {text}: {r.reason}" for text, r in invalid))
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tuner.dashboard._build import build_all
 from tuner.dashboard._pages import DEFAULT_DIR
-from tuner.formatting import usage_error
+from tuner.formatting import nonempty, usage_error
 from tuner.store import DEFAULT_URL, Store, StoreError
 
 
@@ -20,7 +20,7 @@ def main(argv=None) -> int:
         epilog=f"examples:\n  python -m tuner.dashboard\n  python -m tuner.dashboard --storage sqlite:///h200.db "
                f"--out pages --study article\n(default store {DEFAULT_URL})",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--storage", default=DEFAULT_URL, help=f"database URL (default {DEFAULT_URL})")
+    parser.add_argument("--storage", default=DEFAULT_URL, type=nonempty, help=f"database URL (default {DEFAULT_URL})")
     parser.add_argument("--out", default=str(DEFAULT_DIR), help=f"folder for the pages (default {DEFAULT_DIR})")
     parser.add_argument("--study", action="append", help="only this study (repeatable; default every study)")
     parser.add_argument("--shape", action="append", help="heatmaps of this shape only, e.g. \"B4 H8 Nq4096 Nk4096 "

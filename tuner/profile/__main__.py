@@ -6,8 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuner.formatting import usage_error
+from tuner.formatting import nonempty, usage_error
 from tuner.gpus import GpuSpec, valid_names
+from tuner.paths import unwritable
 from tuner.profile._metrics import ProfileError
 from tuner.profile._ncu import CountersNotPermitted, NcuMissing, find_ncu
 from tuner.profile._report import markdown
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, default=3, help="configs per shape (default 3)")
     parser.add_argument("--shape", action="append", help="only this shape label (repeatable; default every shape)")
     parser.add_argument("--n", type=int, action="append", help="only shapes with this query length (repeatable)")
-    parser.add_argument("--storage", default=DEFAULT_URL, help=f"database URL (default {DEFAULT_URL})")
+    parser.add_argument("--storage", default=DEFAULT_URL, type=nonempty, help=f"database URL (default {DEFAULT_URL})")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder for the dashboards (default {DEFAULT_OUT})")
     parser.add_argument("--ncu", help="the ncu binary (default: $FA2_TUNER_NCU, PATH, $CUDA_HOME/bin)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per kernel (default 300)")
@@ -59,6 +60,15 @@ def _shapes(args, study) -> tuple[list[str] | None, str | None]:
         lengths = sorted({s.n_q for s in study.shapes})
         return None, f"--n {args.n} matches no shape of {study.name}; its lengths are {lengths}"
     return (chosen if args.shape or args.n else None), None
+
+
+def _unwritable_outputs(args) -> str | None:
+    """Why --out (where the dashboards go) or --markdown cannot be written, before anything is run or opened."""
+    problem = unwritable(args.out, "folder") if not args.no_outputs else None
+    if problem:
+        return f"--out {args.out!r} {problem}"
+    problem = unwritable(args.markdown, "file") if args.markdown is not None else None
+    return f"--markdown {str(args.markdown)!r} {problem}" if problem else None
 
 
 def _present_gpu(parser) -> str | int:
@@ -85,15 +95,18 @@ def main(argv=None) -> int:
     if not args.timeout > 0:
         return usage_error(parser, f"--timeout {args.timeout} must be a positive number of seconds")
     shapes, problem = _shapes(args, study)
+    problem = problem or _unwritable_outputs(args)
     if problem:
         return usage_error(parser, problem)
+    # No GPU is the first thing to say (ncu would not help without one), and said before the store is opened:
+    # a command refused leaves the database as it was.
+    gpu = _present_gpu(parser)
+    if isinstance(gpu, int):
+        return gpu
     try:
         db = Store(args.storage, create=False)
     except StoreError as exc:
         return usage_error(parser, f"--storage: {exc}")
-    gpu = _present_gpu(parser)          # no GPU is the first thing to say: ncu would not help without one
-    if isinstance(gpu, int):
-        return gpu
     try:
         ncu = find_ncu(args.ncu)
     except NcuMissing as exc:

@@ -188,8 +188,10 @@ def test_cli_single_config_json(capsys):
 
 
 def test_cli_names_too_many_threads_not_registers(capsys):
-    assert budget_main(["--gpu", "sm_89", "--config", "256,256,64,1", "--model-only"]) == 0
-    line = [ln for ln in capsys.readouterr().out.splitlines() if "256x256_w64_s1" in ln][0]
+    assert budget_main(["--gpu", "sm_89", "--config", "256,256,64,1", "--model-only"]) == 2     # a bad input
+    captured = capsys.readouterr()
+    assert "error: --config 256,256,64,1: num_warps=64 is not allowed" in captured.err, captured.err
+    line = [ln for ln in captured.out.splitlines() if "256x256_w64_s1" in ln][0]
     # 64 warps are outside the kernel's values, which the verdict names first (its thread rule: restriction())
     assert "invalid: num_warps=64 is not allowed (powers of two only); use one of 1, 2, 4, 8, 16" in line
     assert "registers" not in line
@@ -327,6 +329,6 @@ def test_a_config_outside_the_kernels_values_is_invalid_naming_the_field(config,
     result = budget.verdict(Config.parse(config), Problem(head_dim=16, dtype="fp32"), SM89, None)
     assert result.verdict == Status.INVALID and result.reason.startswith(fragment), result
     assert budget_main(["--gpu", "sm_89", "--head-dim", "16", "--dtype", "fp32", "--model-only",
-                        "--config", config]) == 0
+                        "--config", config]) == 2
     out = capsys.readouterr().out
     assert f"invalid: {fragment}" in out and "over_registers" not in out, out

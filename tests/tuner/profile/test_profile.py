@@ -285,20 +285,41 @@ def test_the_command_line_refuses_what_it_cannot_do_with_exit_2(hand_store, fake
         (base + ["--n", "3"], "--n [3] matches no shape of article; its lengths are [512, 1024, 2048, 4096]"),
         (base + ["--top", "0"], "--top 0 must be at least 1"),
         (["--study", "article", "--gpu", "sm_99", "--storage", url], "--gpu: unknown GPU 'sm_99'"),
-        (["--study", "article", "--gpu", "sm_90", "--storage", f"sqlite:///{tmp_path / 'none.db'}"],
-         "no such database file"),
+        (base + ["--out", str(tmp_path / "hand.db")], "is a file; give a folder"),
+        (base + ["--markdown", str(tmp_path)], "--markdown"),
     ]
+    missing_store = ["--study", "article", "--gpu", "sm_90", "--storage", f"sqlite:///{tmp_path / 'none.db'}"]
     import torch
     if torch.cuda.is_available():
+        cases.append((missing_store, "no such database file"))
         cases.append((base + ["--ncu", str(tmp_path / "nowhere")], "ncu was not found"))
         if not Path("/usr/local/cuda/bin/ncu").exists():
             cases.append((base, "ncu was not found"))
     else:     # no GPU is said first, whether ncu is there or not
         cases += [(base + ["--ncu", str(fake_ncu)], "needs the CUDA GPU"), (base, "needs the CUDA GPU"),
-                  (base + ["--ncu", str(tmp_path / "nowhere")], "needs the CUDA GPU")]
+                  (base + ["--ncu", str(tmp_path / "nowhere")], "needs the CUDA GPU"),
+                  (missing_store, "needs the CUDA GPU")]
     for argv, words in cases:
         assert profile_main(argv) == 2, argv
         assert words in capsys.readouterr().err, (argv, words)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the refusal for want of a GPU")
+def test_a_profile_refused_for_want_of_a_gpu_leaves_the_store_as_it_was(hand_store, fake_ncu, tmp_path, capsys):
+    """The GPU is asked about before the store is opened (the 2026-12-04 battery: the store file changed first)."""
+    import hashlib
+
+    db = hand_store()
+    path = Path(db.url.removeprefix("sqlite:///"))
+    db.engine.dispose()
+    files = sorted(path.parent.glob(path.name + "*"))
+    before = {f.name: (hashlib.sha256(f.read_bytes()).hexdigest(), f.stat().st_mtime_ns) for f in files}
+    assert profile_main(["--study", "article", "--gpu", "sm_90", "--storage", db.url, "--ncu", str(fake_ncu),
+                         "--out", str(tmp_path / "out")]) == 2
+    assert "needs the CUDA GPU" in capsys.readouterr().err
+    after = {f.name: (hashlib.sha256(f.read_bytes()).hexdigest(), f.stat().st_mtime_ns)
+             for f in sorted(path.parent.glob(path.name + "*"))}
+    assert after == before and not (tmp_path / "out").exists()
 
 
 def test_help_has_examples(capsys):
