@@ -16,6 +16,7 @@ API = [*ROUTE, "tests/kernel/test_autograd_gluon.py", "tests/kernel/gluon", "tes
        "tests/tuner/kernels/test_gluon_bwd_tuner.py"]
 ARCH = ["tests/tuner/budget/test_knob_rules.py", "tests/tuner/test_target_space.py", "tests/tuner/kernels",
         "tests/kernel/triton/test_defaults.py", "tests/kernel/test_gluon_route.py"]
+SCHEDULE = ["tests/kernel/gluon/test_schedule.py", "tests/kernel/gluon/test_gluon_schedule.py"]
 GLUON = ["tests/kernel/gluon", "tests/tuner/kernels/test_gluon_tuner.py", "tests/tuner/kernels/test_gluon_bwd_tuner.py"]
 LAUNCH = ["tests/kernel/gluon", "tests/kernel/test_bad_kernel_inputs.py", "tests/kernel/test_gluon_route.py"]
 FWD_PLAN = ["tests/kernel/test_gluon_route.py", "tests/kernel/test_route_table.py", "tests/kernel/test_bad_kernel_inputs.py",
@@ -103,12 +104,32 @@ HUNT = [
      "return tuple(g.squeeze(1) for g in grads) if self.three_dims else grads", "return grads", ROUTE),
     # ---------------------------------------------------------------- kernel/route_table.py (data)
     ("route table: a tie flipped to gluon", "kernel/route_table.py",
-     "(128, True, 16384, 256): 'triton',   # triton 0.72, gluon 0.72",
-     "(128, True, 16384, 256): 'gluon',   # triton 0.72, gluon 0.72", ROUTE),
+     "(64, False, 256, 256): 'triton',   # triton 1.03, gluon 1.04",
+     "(64, False, 256, 256): 'gluon',   # triton 1.03, gluon 1.04", ROUTE),
     ("route table: a triton win flipped to ws", "kernel/route_table.py",
-     "(64, False, 1024, 32): 'triton',   # triton 0.95, triton_64x64 0.72, ws 0.74",
-     "(64, False, 1024, 32): 'ws',   # triton 0.95, triton_64x64 0.72, ws 0.74",
+     "(64, True, 4096, 256): 'triton',   # triton 0.92, ws 0.88",
+     "(64, True, 4096, 256): 'ws',   # triton 0.92, ws 0.88",
      ROUTE),
+    # ---------------------------------------------------------------- kernel/gluon/schedule.py
+    ("schedule: the last group as large as the others", "kernel/gluon/schedule.py",
+     "        size = BH - first\n        if size > GROUP:\n            size = GROUP\n        rest = tile - first * tiles_m",
+     "        size = GROUP\n        rest = tile - first * tiles_m", SCHEDULE),
+    ("schedule: the lightest query tiles first", "kernel/gluon/schedule.py",
+     "tile_m = tiles_m - 1 - rest // size", "tile_m = rest // size", SCHEDULE),
+    ("schedule: the backward's heaviest key tile last", "kernel/gluon/schedule.py",
+     "tile_n = rest // size", "tile_n = tiles_n - 1 - rest // size", SCHEDULE),
+    ("schedule: a group never smaller than every head", "kernel/gluon/schedule.py",
+     "    if group > BH:\n        group = BH", "    if group < BH:\n        group = BH", SCHEDULE),
+    ("schedule: a group of zero heads", "kernel/gluon/schedule.py",
+     "    if group < 1:\n        group = group * 0 + 1", "    if group < 0:\n        group = group * 0 + 1", SCHEDULE),
+    ("schedule: the backward's inputs counted as the forward's", "kernel/gluon/schedule.py",
+     "BWD_BYTES_PER_ELEMENT = gl.constexpr(8) if gl is not None else 8",
+     "BWD_BYTES_PER_ELEMENT = gl.constexpr(4) if gl is not None else 4", SCHEDULE),
+    # ---------------------------------------------------------------- empty flags, budget's bad --config
+    ("formatting: an empty flag of spaces taken", "tuner/formatting.py", "    if not text.strip():\n        raise",
+     "    if not text:\n        raise", ["tests/tuner/test_bad_inputs.py"]),
+    ("budget: an invalid --config ends with 0", "tuner/budget/__main__.py", "    if invalid:\n        return usage_error",
+     "    if not invalid:\n        return usage_error", ["tests/tuner/test_bad_inputs.py", "tests/tuner/budget/test_budget.py"]),
     # ---------------------------------------------------------------- kernel/arch.py
     ("arch: TMA from sm_100", "kernel/arch.py",
      '(TMA): sm_90 and every later architecture."""\n    return capability is not None and capability >= HOPPER',

@@ -263,7 +263,8 @@ if not torch.cuda.is_available():
 EMPTY = "'' is empty: give a value, or leave the flag out for its default"
 SWEEP.append((["--gpu", "sm_89", "--storage", ""], f"argument --storage: {EMPTY}"))
 EMIT.append((["--study", "article", "--gpu", "sm_90", "--storage", ""], f"argument --storage: {EMPTY}"))
-DASHBOARD.append((["--storage", ""], f"argument --storage: {EMPTY}"))
+DASHBOARD += [(["--storage", ""], f"argument --storage: {EMPTY}"),
+              (["--storage", "  "], "argument --storage: '  ' is empty: give a value")]
 BUDGET += [(["--gpu", "sm_89", "--kernel", ""], f"argument --kernel: {EMPTY}"),
            (["--gpu", "sm_89", "--pass", ""], f"argument --pass: {EMPTY}")]
 
