@@ -137,13 +137,14 @@ def backward_calls(batch: int, heads: int, n: int, head_dim: int, causal: bool) 
     return calls, pins
 
 
-def measure(pass_: str, batch: int, heads: int, n: int, head_dim: int, causal: bool) -> dict:
-    """One shape's row: each candidate's ms and paired ratio to cuDNN, the winner of ours, notes."""
+def timed_row(row: dict, setup) -> dict:
+    """``row`` with each call's ms and paired ratio to cuDNN (``row["ms"]``, ``row["vs_cudnn"]``): ``setup()``
+    gives (name -> calls, name -> SDPA pin); a shape that cannot be set up, or a call that fails its first
+    run, is a note with its reason (``row["notes"]``), the others timed. ``benchmarks.tile_order`` times so too."""
     from kernel.measure.retime import paired_together
 
-    row = dict(pass_=pass_, B=batch, H=heads, N=n, D=head_dim, causal=causal, ms={}, vs_cudnn={}, notes={})
     try:
-        calls, pins = (forward_calls if pass_ == "fwd" else backward_calls)(batch, heads, n, head_dim, causal)
+        calls, pins = setup()
     except Exception as exc:  # noqa: BLE001 (a shape that cannot be set up is a row with its reason)
         row["notes"]["setup"] = first_line(exc)
         settle()
@@ -157,6 +158,16 @@ def measure(pass_: str, batch: int, heads: int, n: int, head_dim: int, causal: b
             row["notes"][name] = first_line(exc)
             settle()
     row["ms"], row["vs_cudnn"] = paired_together(calls, pins, "cudnn")
+    return row
+
+
+def measure(pass_: str, batch: int, heads: int, n: int, head_dim: int, causal: bool) -> dict:
+    """One shape's row: each candidate's ms and paired ratio to cuDNN, the winner of ours, notes."""
+    row = dict(pass_=pass_, B=batch, H=heads, N=n, D=head_dim, causal=causal, ms={}, vs_cudnn={}, notes={})
+    calls = forward_calls if pass_ == "fwd" else backward_calls
+    timed_row(row, lambda: calls(batch, heads, n, head_dim, causal))
+    if "setup" in row["notes"]:                # nothing was timed: no winner
+        return row
     timed = {name: row["vs_cudnn"][name] for name in OURS[pass_] if row["vs_cudnn"].get(name)}
     row["winner"] = winner(timed)
     return row

@@ -23,7 +23,7 @@ import sys
 
 import torch
 
-from benchmarks._report import first_line, settle, write_report
+from benchmarks._report import write_report
 
 BATCH_HEADS = ((16, 16), (32, 16))
 LENGTHS = (512, 1024, 2048, 4096)
@@ -101,25 +101,11 @@ def backward_calls(batch, heads, n, head_dim, budgets) -> tuple[dict, dict]:
 
 def measure(pass_: str, batch: int, heads: int, n: int, head_dim: int, budgets: list[int]) -> dict:
     """One shape's row: every call's ms and paired ratio to cuDNN, the failures' reasons."""
-    from kernel.measure.retime import paired_together
+    from benchmarks.route import timed_row
 
     row = dict(pass_=pass_, B=batch, H=heads, N=n, D=head_dim, causal=True, ms={}, vs_cudnn={}, notes={})
-    try:
-        calls, pins = (forward_calls if pass_ == "fwd" else backward_calls)(batch, heads, n, head_dim, budgets)
-    except Exception as exc:  # noqa: BLE001 (a shape that cannot be set up is a row with its reason)
-        row["notes"]["setup"] = first_line(exc)
-        settle()
-        return row
-    for name in [name for name in calls if name not in pins]:
-        try:
-            calls[name][0]()
-            torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001 (a call that fails is noted, the others timed)
-            calls.pop(name)
-            row["notes"][name] = first_line(exc)
-            settle()
-    row["ms"], row["vs_cudnn"] = paired_together(calls, pins, "cudnn")
-    return row
+    calls = forward_calls if pass_ == "fwd" else backward_calls
+    return timed_row(row, lambda: calls(batch, heads, n, head_dim, budgets))
 
 
 def report(rows: list[dict], env_line: str, command: str) -> str:

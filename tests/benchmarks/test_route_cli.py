@@ -160,3 +160,32 @@ def test_the_table_is_written_after_every_shape(tmp_path, monkeypatch):
     namespace = {}
     exec(seen[1], namespace)
     assert namespace["FORWARD"] == {(64, False, 256, 32): "ws"} and not (tmp_path / "route.py.partial").exists()
+
+
+def test_a_row_notes_a_shape_or_call_that_fails_and_times_the_others(monkeypatch):
+    """benchmarks.route and benchmarks.tile_order time a row through one helper (route.timed_row)."""
+    import kernel.measure.retime as retime
+    from benchmarks import tile_order
+
+    timed = []
+    monkeypatch.setattr(retime, "paired_together",
+                        lambda calls, pins, ref: timed.append(sorted(calls)) or (dict.fromkeys(calls, 1.0),
+                                                                                dict.fromkeys(calls, 2.0)))
+    monkeypatch.setattr(route.torch.cuda, "synchronize", lambda: None)
+
+    def broken():
+        raise RuntimeError("at 1:2:\n\nout of resource: shared memory")
+
+    row = route.timed_row(dict(ms={}, vs_cudnn={}, notes={}),
+                          lambda: ({"ws": [broken], "triton": [lambda: None], "cudnn": [None]}, {"cudnn": object()}))
+    assert row["notes"] == {"ws": "RuntimeError: out of resource: shared memory"} and timed == [["cudnn", "triton"]]
+    assert row["vs_cudnn"] == {"triton": 2.0, "cudnn": 2.0}
+
+    def no_shape(*args):
+        raise ValueError("no memory for the sets")
+
+    monkeypatch.setattr(route, "forward_calls", no_shape)
+    row = route.measure("fwd", 4, 8, 512, 64, False)
+    assert row["notes"] == {"setup": "ValueError: no memory for the sets"} and "winner" not in row and not row["ms"]
+    monkeypatch.setattr(tile_order, "backward_calls", no_shape)
+    assert tile_order.measure("bwd", 4, 8, 512, 64, [])["notes"] == {"setup": "ValueError: no memory for the sets"}
