@@ -21,7 +21,8 @@ group of every head (``L2_BYTES`` huge) is the ungrouped order, which the benchm
 ``python -m benchmarks.tile_order`` times beside the grouped one.
 
 The functions use integer arithmetic only, so their undecorated bodies (``fn.fn``) run on Python
-ints too: the tests walk every order on the CPU.
+ints too (with :func:`tile_coords`, which :func:`query_tile_coords` calls, replaced by its body): the
+tests walk every order on the CPU.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 from kernel.gluon.api import gl, jit
 
 __all__ = ["BWD_BYTES_PER_ELEMENT", "FWD_BYTES_PER_ELEMENT", "L2_BYTES", "heads_per_group", "key_tile_coords",
-           "query_tile_coords"]
+           "query_tile_coords", "tile_coords"]
 
 # What a group of heads may read: about half the H100's (50 MB) and H200's (60 MB) L2, as FlashAttention-3
 # takes, leaving the other half to the outputs streaming through and to the far half of the L2.
@@ -55,37 +56,33 @@ def heads_per_group(n, BH, L2: gl.constexpr, ROW_BYTES: gl.constexpr):
 
 
 @jit
-def query_tile_coords(tile, tiles_m, BH, GROUP, CAUSAL: gl.constexpr):
-    """(query tile, batch x head) of the forward's linear tile ``tile``. Causal: in groups of ``GROUP``
-    heads (the last group may be smaller), the last row of query tiles first, heads fastest; else a
-    head's tiles together."""
+def tile_coords(tile, tiles, BH, GROUP, CAUSAL: gl.constexpr):
+    """(tile of its head, batch x head) of linear tile ``tile`` over ``tiles`` tiles a head. Causal: in groups of
+    ``GROUP`` heads (the last group may be smaller), each head's tile 0 first, then tile 1, ..., heads fastest;
+    else a head's tiles together. The backward's order as it is (key tile 0 is seen by the most queries)."""
     if CAUSAL:
-        first = tile // (GROUP * tiles_m) * GROUP  # the group's first head
+        first = tile // (GROUP * tiles) * GROUP      # the group's first head
         size = BH - first
         if size > GROUP:
             size = GROUP
-        rest = tile - first * tiles_m
-        tile_m = tiles_m - 1 - rest // size
+        rest = tile - first * tiles
+        step = rest // size
         bh = first + rest % size
     else:
-        tile_m = tile % tiles_m
-        bh = tile // tiles_m
-    return tile_m, bh
+        step = tile % tiles
+        bh = tile // tiles
+    return step, bh
 
 
 @jit
-def key_tile_coords(tile, tiles_n, BH, GROUP, CAUSAL: gl.constexpr):
-    """(key tile, batch x head) of the backward's linear tile ``tile``. Causal: in groups of ``GROUP``
-    heads, key tile 0 (seen by the most queries) first, heads fastest; else a head's tiles together."""
+def query_tile_coords(tile, tiles_m, BH, GROUP, CAUSAL: gl.constexpr):
+    """(query tile, batch x head) of the forward's linear tile ``tile``: :func:`tile_coords`' order, causal
+    with the rows of query tiles reversed (the last row, which sees every key, first)."""
+    tile_m, bh = tile_coords(tile, tiles_m, BH, GROUP, CAUSAL)
     if CAUSAL:
-        first = tile // (GROUP * tiles_n) * GROUP
-        size = BH - first
-        if size > GROUP:
-            size = GROUP
-        rest = tile - first * tiles_n
-        tile_n = rest // size
-        bh = first + rest % size
-    else:
-        tile_n = tile % tiles_n
-        bh = tile // tiles_n
-    return tile_n, bh
+        tile_m = tiles_m - 1 - tile_m
+    return tile_m, bh
+
+
+# The backward's key tiles go in tile_coords' order itself.
+key_tile_coords = tile_coords

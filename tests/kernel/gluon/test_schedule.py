@@ -21,6 +21,12 @@ def _body(fn):
 query_coords, key_coords, heads_per_group = (_body(schedule.query_tile_coords), _body(schedule.key_tile_coords),
                                              _body(schedule.heads_per_group))
 
+
+@pytest.fixture(autouse=True)
+def bodies(monkeypatch):
+    """The device functions call each other (query_tile_coords, tile_coords): on ints, the bodies call bodies."""
+    monkeypatch.setattr(schedule, "tile_coords", _body(schedule.tile_coords))
+
 SHAPES = [(1, 1, 1), (4, 3, 2), (4, 7, 3), (5, 16, 16), (3, 10, 4), (2, 5, 1), (6, 9, 100)]   # tiles, BH, group
 
 
