@@ -119,8 +119,9 @@ MUTANTS = [
 
 from mutants_hunt import HUNTED  # noqa: E402 (beside this file)
 from mutants_newer import NEWER  # noqa: E402 (beside this file)
+from mutants_order import ORDER  # noqa: E402 (beside this file)
 
-GROUPS = {"suite": MUTANTS, "newer": NEWER, "hunt": HUNTED, "all": MUTANTS + NEWER + HUNTED}
+GROUPS = {"suite": MUTANTS, "newer": NEWER, "hunt": HUNTED, "order": ORDER, "all": MUTANTS + NEWER + HUNTED + ORDER}
 
 
 def _apply(mutant: tuple, copy: Path) -> None:
@@ -200,7 +201,8 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--group", choices=sorted(GROUPS), default="all",
-                        help="the suite's own mutants, issue 23's of the newer code, or all (default)")
+                        help="the suite's own mutants, issue 23's of the newer code, the 2026-12-03 hunt's, the "
+                             "2026-12-04 tile order's, or all (default)")
     parser.add_argument("--only", nargs="*", help="names (substrings) of the mutants to run")
     parser.add_argument("--check", action="store_true", help="only check that every mutant's text is there once")
     parser.add_argument("--markdown", type=Path)

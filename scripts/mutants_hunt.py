@@ -16,7 +16,6 @@ API = [*ROUTE, "tests/kernel/test_autograd_gluon.py", "tests/kernel/gluon", "tes
        "tests/tuner/kernels/test_gluon_bwd_tuner.py"]
 ARCH = ["tests/tuner/budget/test_knob_rules.py", "tests/tuner/test_target_space.py", "tests/tuner/kernels",
         "tests/kernel/triton/test_defaults.py", "tests/kernel/test_gluon_route.py"]
-SCHEDULE = ["tests/kernel/gluon/test_schedule.py", "tests/kernel/gluon/test_gluon_schedule.py"]
 GLUON = ["tests/kernel/gluon", "tests/tuner/kernels/test_gluon_tuner.py", "tests/tuner/kernels/test_gluon_bwd_tuner.py"]
 LAUNCH = ["tests/kernel/gluon", "tests/kernel/test_bad_kernel_inputs.py", "tests/kernel/test_gluon_route.py"]
 FWD_PLAN = ["tests/kernel/test_gluon_route.py", "tests/kernel/test_route_table.py", "tests/kernel/test_bad_kernel_inputs.py",
@@ -110,26 +109,6 @@ HUNT = [
      "(64, True, 4096, 256): 'triton',   # triton 0.92, ws 0.88",
      "(64, True, 4096, 256): 'ws',   # triton 0.92, ws 0.88",
      ROUTE),
-    # ---------------------------------------------------------------- kernel/gluon/schedule.py
-    ("schedule: the last group as large as the others", "kernel/gluon/schedule.py",
-     "        size = BH - first\n        if size > GROUP:\n            size = GROUP\n        rest = tile - first * tiles",
-     "        size = GROUP\n        rest = tile - first * tiles", SCHEDULE),
-    ("schedule: the lightest query tiles first", "kernel/gluon/schedule.py",
-     "        tile_m = tiles_m - 1 - tile_m", "        tile_m = tile_m", SCHEDULE),
-    ("schedule: the grouped order reversed", "kernel/gluon/schedule.py",
-     "        step = rest // size", "        step = tiles - 1 - rest // size", SCHEDULE),
-    ("schedule: a group never smaller than every head", "kernel/gluon/schedule.py",
-     "    if group > BH:\n        group = BH", "    if group < BH:\n        group = BH", SCHEDULE),
-    ("schedule: a group of zero heads", "kernel/gluon/schedule.py",
-     "    if group < 1:\n        group = group * 0 + 1", "    if group < 0:\n        group = group * 0 + 1", SCHEDULE),
-    ("schedule: the backward's inputs counted as the forward's", "kernel/gluon/schedule.py",
-     "BWD_BYTES_PER_ELEMENT = gl.constexpr(8) if gl is not None else 8",
-     "BWD_BYTES_PER_ELEMENT = gl.constexpr(4) if gl is not None else 4", SCHEDULE),
-    # ---------------------------------------------------------------- empty flags, budget's bad --config
-    ("formatting: an empty flag of spaces taken", "tuner/formatting.py", "    if not text.strip():\n        raise",
-     "    if not text:\n        raise", ["tests/tuner/test_bad_inputs.py"]),
-    ("budget: an invalid --config ends with 0", "tuner/budget/__main__.py", "    if invalid:\n        return usage_error",
-     "    if not invalid:\n        return usage_error", ["tests/tuner/test_bad_inputs.py", "tests/tuner/budget/test_budget.py"]),
     # ---------------------------------------------------------------- kernel/arch.py
     ("arch: TMA from sm_100", "kernel/arch.py",
      '(TMA): sm_90 and every later architecture."""\n    return capability is not None and capability >= HOPPER',
