@@ -135,7 +135,7 @@ def checked_plan(q, k, v, out, lse, dout, causal, knobs: dict | None = None, gra
         raise GluonUnavailable(reason)
     check_bwd_inputs(q, k, v, out, lse, dout, causal, grads)
     config = config_from(q.shape[-1], causal, knobs or {})
-    arguments = launch_arguments if l2_bytes == L2_BYTES else functools.partial(launch_arguments, l2_bytes=l2_bytes)
+    arguments = functools.partial(launch_arguments, l2_bytes=l2_bytes)
     return GluonBwdPlan(q, k, v, out, lse, dout, causal, config, grads, arguments, **plan_options)
 
 

@@ -109,7 +109,7 @@ def checked_plan(q, k, v, causal, variant: str = "pipelined", knobs: dict | None
     check_inputs(q, k, v, causal)
     check_outputs(out, lse, q)
     config = config_from(variant, q.shape[-1], causal, knobs or {})
-    arguments = launch_arguments if l2_bytes == L2_BYTES else functools.partial(launch_arguments, l2_bytes=l2_bytes)
+    arguments = functools.partial(launch_arguments, l2_bytes=l2_bytes)
     return GluonLaunchPlan(q, k, v, causal, config, out, lse, arguments, **plan_options)
 
 
