@@ -40,10 +40,11 @@ HEAD_DIMS = (64, 128)
 # short-length tiles (fewer rows wasted past the end, more programs) only up to SHORT_UP_TO, where a default
 # tuned at N=4096 loses most (docs/results/2026-12-03-h200-route.md). The pipelined Gluon forward is left out:
 # ws ran ahead of it at every length measured (docs/results/2026-12-01-h200-gluon.md).
-OURS = {"fwd": ("triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64", "ws_64_p2", "ws_64x64_p2", "ws_128_p1"),
+OURS = {"fwd": ("triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64", "ws_64_p2", "ws_64x64_p2", "ws_128_p1",
+                "ws_64x64_r144", "ws_64x64_p3", "ws_64x64_p4", "ws_p0"),
         "bwd": ("triton", "gluon", "gluon_1c")}
 SHORT_ONLY = frozenset({"triton_64x64", "ws_128", "ws_64", "ws_64x64", "ws_64_p2", "ws_64x64_p2", "ws_128_p1",
-                        "gluon_1c"})
+                        "ws_64x64_p3", "ws_p0", "gluon_1c"})
 SHORT_UP_TO = 2048
 ROUND_OFF = 0.01          # a candidate within 1% of the Triton kernel is a tie: the table keeps the Triton kernel
 

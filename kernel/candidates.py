@@ -68,6 +68,22 @@ FORWARD = {
                           (64,)),
     "ws_64x64_p2": Candidate("ws", (("block_m", 64), ("block_n", 64), ("persistent", 2), ("consumer_regs", 232))),
     "ws_128_p1": Candidate("ws", (("block_m", 128), ("persistent", 1)), (64,)),
+    # More programs an SM over 64 x 64 tiles at D=64, at fewer registers a consumer (its accumulator and one score
+    # tile are 64 of them): each program's prologue, epilogue and softmax hide under the others' matmuls.
+    # ws_64x64_r144: a program per tile at 144 registers, (4 x 24 + 4 x 144) / 8 rounded down to 80 a thread at
+    # launch, 20,480 a program: three share an SM (48 KB of shared memory each, 64 KB with three stages).
+    # ws_64x64_p3: the same on a persistent grid of three programs per SM. ws_64x64_p4: four per SM, in order
+    # (one live score tile) at 104 registers, 64 a thread at launch, 16,384 a program; two stages (48 KB).
+    # (D=128: its accumulator does not fit in these registers, ptxas refuses the binaries.)
+    "ws_64x64_r144": Candidate("ws", (("block_m", 64), ("block_n", 64), ("persistent", 0), ("consumer_regs", 144)),
+                               (64,)),
+    "ws_64x64_p3": Candidate("ws", (("block_m", 64), ("block_n", 64), ("persistent", 3), ("consumer_regs", 144)),
+                             (64,)),
+    "ws_64x64_p4": Candidate("ws", (("block_m", 64), ("block_n", 64), ("num_stages", 2), ("overlap", False),
+                                    ("persistent", 4), ("consumer_regs", 104)), (64,)),
+    # D=128's default tile (two consumers in turns, 128 x 128) on a program per tile: the GPU's own scheduler hands
+    # the causal tiles out heaviest first, where the persistent grid deals them out in a fixed stride.
+    "ws_p0": Candidate("ws", (("persistent", 0),), (128,)),
     "pipelined": Candidate("pipelined"),
 }
 

@@ -62,14 +62,16 @@ def test_a_failure_note_is_the_messages_last_line():
 
 
 SHORT_D64 = ["triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64", "ws_64_p2", "ws_64x64_p2"]
+MANY_PROGRAMS = ["ws_64x64_r144", "ws_64x64_p3", "ws_64x64_p4"]
 
 
 @pytest.mark.parametrize("pass_, n, head_dim, wanted", [
     # D=64: ws_128 keeps the default's persistent grid where the default has one (non-causal), so ws_128_p1 is
     # timed only causal, where the default has a program per tile
-    ("fwd", 1024, 64, {False: SHORT_D64, True: [*SHORT_D64, "ws_128_p1"]}),
-    ("fwd", 1024, 128, ["triton", "triton_64x64", "ws", "ws_64x64", "ws_64x64_p2"]),  # ws: the 128-row tile there
-    ("fwd", 4096, 64, ["triton", "ws"]),                                # past SHORT_UP_TO: the defaults only
+    ("fwd", 1024, 64, {False: SHORT_D64 + MANY_PROGRAMS, True: [*SHORT_D64, "ws_128_p1", *MANY_PROGRAMS]}),
+    ("fwd", 1024, 128, ["triton", "triton_64x64", "ws", "ws_64x64", "ws_64x64_p2", "ws_p0"]),  # ws: 128 rows there
+    # past SHORT_UP_TO: the defaults, and the 64 x 64 tiles of three and four programs an SM
+    ("fwd", 4096, 64, ["triton", "ws", "ws_64x64_r144", "ws_64x64_p4"]),
     ("bwd", 512, 128, ["triton", "gluon", "gluon_1c"]),
     ("bwd", 512, 64, ["triton", "gluon"]),                              # D=64's Gluon default has one consumer
     ("bwd", 8192, 128, ["triton", "gluon"]),

@@ -20,7 +20,7 @@ from kernel.candidates import candidates
 from kernel.triton.launch import PLANS
 
 KERNELS = {"fwd": {"triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64", "ws_64_p2", "ws_64x64_p2",
-                   "ws_128_p1", "pipelined"},
+                   "ws_128_p1", "ws_64x64_r144", "ws_64x64_p3", "ws_64x64_p4", "ws_p0", "pipelined"},
            "bwd": {"triton", "gluon", "gluon_1c"}}
 
 
@@ -189,7 +189,7 @@ def test_a_users_table_is_read_again_when_it_changes(monkeypatch, tmp_path):
     ("FORWARD = {(64, 'no', 512, 32): 'ws'}\nBACKWARD = {}\n", "FORWARD[(64, 'no', 512, 32)]"),
     ("FORWARD = {(64, False, 512, 32): 'gluon'}\nBACKWARD = {}\n",
      "candidates one of triton, triton_64x64, ws, ws_128, ws_64, ws_64x64, ws_64_p2, ws_64x64_p2, ws_128_p1, "
-     "pipelined"),
+     "ws_64x64_r144, ws_64x64_p3, ws_64x64_p4, ws_p0, pipelined"),
     ("FORWARD = {(128, False, 512, 32): 'ws_64'}\nBACKWARD = {}\n", "a candidate at head dim 64 only"),
     ("FORWARD = {}\nBACKWARD = {(64, False, 512, 32): 'ws'}\n", "candidates one of triton, gluon, gluon_1c"),
 ])
