@@ -9,7 +9,9 @@ D=64 and D=128 (``ws_64``: the warp-specialized forward over 64-row query tiles,
   64 x 64 tiles on 4 warps: fewer rows wasted past a short length, more programs per SM), ``ws``
   and ``pipelined`` (the Gluon variants at :data:`kernel.gluon.fwd.config.GLUON_DEFAULTS`),
   ``ws_128`` (ws over 128-row tiles, with that tile's own schedule), ``ws_64`` and ``ws_64x64`` (one
-  consumer over 64-row tiles, at registers and shared memory that let two programs share an SM);
+  consumer over 64-row tiles, at registers and shared memory that let two programs share an SM), their
+  persistent forms (``_p2``), and at D=64 64 x 64 tiles at fewer registers, three or four programs an SM
+  (``ws_64x64_r144``, ``ws_64x64_p3``, ``ws_64x64_p4``);
 * backward: ``triton`` (:func:`kernel.triton.defaults.default_bwd_config`), ``gluon``
   (:data:`kernel.gluon.bwd.config.GLUON_BWD_DEFAULTS`), ``gluon_1c`` (one consumer warpgroup over
   64 keys: twice the programs of D=128's two).
