@@ -105,9 +105,9 @@ HUNT = [
     ("route table: a tie flipped to gluon", "kernel/route_table.py",
      "(64, False, 256, 256): 'triton',   # triton 1.03, gluon 1.04",
      "(64, False, 256, 256): 'gluon',   # triton 1.03, gluon 1.04", ROUTE),
-    ("route table: a triton win flipped to ws", "kernel/route_table.py",
-     "(64, True, 4096, 256): 'triton',   # triton 0.92, ws 0.88",
-     "(64, True, 4096, 256): 'ws',   # triton 0.92, ws 0.88",
+    ("route table: a win flipped to a loser", "kernel/route_table.py",
+     "(64, True, 4096, 256): 'ws_64x64_r144',   # triton 0.92, ws 0.88, ws_64x64_r144 1.00",
+     "(64, True, 4096, 256): 'ws',   # triton 0.92, ws 0.88, ws_64x64_r144 1.00",
      ROUTE),
     # ---------------------------------------------------------------- kernel/arch.py
     ("arch: TMA from sm_100", "kernel/arch.py",
