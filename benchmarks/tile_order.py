@@ -3,8 +3,9 @@
 The Gluon kernels take causal tiles heaviest first in groups of heads whose inputs fit in the L2
 (:mod:`kernel.gluon.schedule`). This times each Gluon candidate of the pass (:mod:`kernel.candidates`)
 with that order (``NAME``: the call as a user makes it) and with one group of every head (``NAME/flat``:
-the order before groups), at each ``--budget`` asked besides (``NAME/16MB``), with SDPA-cuDNN
-paired in every window (:func:`kernel.measure.retime.paired_together`). Each figure is cuDNN's time
+the order before groups), at each ``--budget`` asked besides (``NAME/16MB``) and, forward, at the budget a
+persistent grid deals out most evenly (``NAME/balanced``, :func:`kernel.gluon.schedule.balanced_budget`), with
+SDPA-cuDNN paired in every window (:func:`kernel.measure.retime.paired_together`). Each figure is cuDNN's time
 over the candidate's (above 1: faster than cuDNN); ``grouped/flat`` is the flat order's time over the
 grouped one's (above 1: the groups are faster). Causal shapes only: non-causal tiles of a head are
 consecutive in both orders.
@@ -24,6 +25,7 @@ import sys
 import torch
 
 from benchmarks._report import write_report
+from kernel.gluon.schedule import BALANCED
 
 BATCH_HEADS = ((16, 16), (32, 16))
 LENGTHS = (512, 1024, 2048, 4096)
@@ -33,9 +35,11 @@ FLAT = 2 ** 31 - 1       # a budget every head fits in (one group), yet an int32
 MB = 1024 * 1024
 
 
-def _variants(budgets: list[int]) -> dict[str, int | None]:
-    """suffix -> l2_bytes: the call as made (None), the flat order, then each extra budget in MB."""
-    return {"": None, "/flat": FLAT, **{f"/{mb}MB": mb * MB for mb in budgets}}
+def _variants(budgets: list[int], pass_: str = "bwd") -> dict[str, int | str | None]:
+    """suffix -> l2_bytes: the call as made (None), the flat order, each extra budget in MB, and (forward) the
+    budget a persistent grid deals out most evenly (``/balanced``: kernel.gluon.schedule.balanced_budget)."""
+    balanced = {"/balanced": BALANCED} if pass_ == "fwd" else {}
+    return {"": None, "/flat": FLAT, **{f"/{mb}MB": mb * MB for mb in budgets}, **balanced}
 
 
 def forward_calls(batch, heads, n, head_dim, budgets) -> tuple[dict, dict]:
@@ -52,7 +56,7 @@ def forward_calls(batch, heads, n, head_dim, budgets) -> tuple[dict, dict]:
         if name not in GLUON["fwd"]:
             continue
         c = FORWARD[name]
-        for suffix, l2_bytes in _variants(budgets).items():
+        for suffix, l2_bytes in _variants(budgets, "fwd").items():
             if l2_bytes is None:
                 calls[name] = [lambda s=s, c=c: flash_attn_fwd_gluon(s[0], s[1], s[2], True, variant=c.kernel,
                                                                      **c.settings, out=s[3], lse=s[4]) for s in sets]

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from kernel.gluon.api import gl, jit
 
-__all__ = ["BWD_BYTES_PER_ELEMENT", "FWD_BYTES_PER_ELEMENT", "L2_BYTES", "heads_per_group", "key_tile_coords",
-           "query_tile_coords", "tile_coords"]
+__all__ = ["BALANCED", "BWD_BYTES_PER_ELEMENT", "FWD_BYTES_PER_ELEMENT", "L2_BYTES", "balanced_budget",
+           "forward_tile_costs", "heads_per_group", "key_tile_coords", "query_tile_coords", "stride_imbalance",
+           "tile_coords"]
 
 # What a group of heads may read: about half the H100's (50 MB) and H200's (60 MB) L2, as FlashAttention-3
 # takes, leaving the other half to the outputs streaming through and to the far half of the L2.
@@ -38,7 +39,8 @@ L2_BYTES = 32 * 1024 * 1024
 # Bytes a head's inputs take per row and head-dim column: the forward reads K and V (2 bytes each); the
 # backward's key tiles read Q and dO (2 bytes each) and add into the fp32 dQ accumulator (4). (Constants
 # the kernels read: gl.constexpr where Gluon is there.)
-FWD_BYTES_PER_ELEMENT = gl.constexpr(4) if gl is not None else 4
+FWD_BYTES = 4
+FWD_BYTES_PER_ELEMENT = gl.constexpr(FWD_BYTES) if gl is not None else FWD_BYTES
 BWD_BYTES_PER_ELEMENT = gl.constexpr(8) if gl is not None else 8
 
 
@@ -86,3 +88,51 @@ def query_tile_coords(tile, tiles_m, BH, GROUP, CAUSAL: gl.constexpr):
 
 # The backward's key tiles go in tile_coords' order itself.
 key_tile_coords = tile_coords
+
+
+# ------------------------------------------------------------------ the budget a persistent grid balances best (host)
+#
+# A persistent grid deals the order out in a fixed stride (program p takes tiles p, p + P, ...), so the heaviest-
+# first order balances the programs' work only where the group's tiles fall evenly among them. At B16 H16 N1024
+# D=128 causal (128 x 128 tiles, 132 programs) the 32 MB group leaves the busiest program 12.5% over the mean
+# (python scripts/schedule_balance.py), 4 MB 3.1%, and the H200 timed the kernel at 0.92x and 0.99x cuDNN with
+# them (python -m benchmarks.tile_order --budget 4 ..., docs/results/2026-12-04-h200-many-programs.md).
+BALANCE_BUDGETS = (L2_BYTES, L2_BYTES // 2, L2_BYTES // 4, L2_BYTES // 8)
+BALANCED = "balanced"          # checked_plan's l2_bytes that asks for balanced_budget
+TILE_OVERHEAD = 1.0            # a tile's prologue and epilogue, in key tiles
+
+
+def group_for(n_k: int, bh: int, budget: int, row_bytes: int) -> int:
+    """:func:`heads_per_group` on the host."""
+    return max(1, min(bh, budget // row_bytes // max(n_k, 1)))
+
+
+def forward_tile_costs(n_q: int, n_k: int, bh: int, block_m: int, block_n: int, group: int) -> list[int]:
+    """Key tiles of each causal forward tile, in :func:`query_tile_coords`' order."""
+    tiles_m = -(-n_q // block_m)
+    costs = []
+    for first in range(0, bh, group):
+        size = min(group, bh - first)
+        for tile_m in reversed(range(tiles_m)):
+            costs += [-(-min(tile_m * block_m + block_m, n_k) // block_n)] * size
+    return costs
+
+
+def stride_imbalance(costs: list[int], programs: int, overhead: float = TILE_OVERHEAD) -> float:
+    """The busiest program's work over the mean when program p takes tiles p, p + programs, ... (1.0: even)."""
+    loads = [0.0] * programs
+    for index, cost in enumerate(costs):
+        loads[index % programs] += cost + overhead
+    busy = [load for load in loads if load]
+    return max(busy) / (sum(busy) / len(busy)) if busy else 1.0
+
+
+def balanced_budget(n_q: int, n_k: int, bh: int, head_dim: int, block_m: int, block_n: int, programs: int) -> int:
+    """Of :data:`BALANCE_BUDGETS`, the one whose causal forward order a persistent grid of ``programs`` deals out
+    most evenly (:func:`stride_imbalance`); within 0.5% of the best, the largest (the order as it was)."""
+    row_bytes = head_dim * FWD_BYTES
+    spread = {budget: stride_imbalance(forward_tile_costs(n_q, n_k, bh, block_m, block_n,
+                                                          group_for(n_k, bh, budget, row_bytes)), programs)
+              for budget in BALANCE_BUDGETS}
+    best = min(spread.values())
+    return next(budget for budget in BALANCE_BUDGETS if spread[budget] <= best * 1.005)

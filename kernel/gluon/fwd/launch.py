@@ -27,8 +27,8 @@ from kernel.gluon.api import GluonUnavailable, gl, gluon_support
 from kernel.gluon.checks import DTYPES, check_inputs, check_outputs, tma_strides
 from kernel.gluon.fwd.config import HEAD_DIMS, VARIANTS, GluonConfig, default_gluon_config, tile_defaults
 from kernel.gluon.fwd.kernel import _fwd_pipelined_kernel
-from kernel.gluon.fwd.plan import GluonLaunchPlan
-from kernel.gluon.schedule import L2_BYTES
+from kernel.gluon.fwd.plan import GluonLaunchPlan, grid_for
+from kernel.gluon.schedule import BALANCED, L2_BYTES, balanced_budget
 from kernel.triton.launch import PLANS, cached_plan, plan_key
 
 __all__ = ["GLUON_FORWARD", "KNOB_NAMES", "checked_plan", "config_from", "flash_attn_fwd_gluon",
@@ -98,19 +98,32 @@ KNOB_NAMES = ("block_m", "block_n", "num_stages", "overlap", "pingpong", "persis
 
 
 def checked_plan(q, k, v, causal, variant: str = "pipelined", knobs: dict | None = None, out=None, lse=None,
-                 l2_bytes: int = L2_BYTES, **plan_options) -> GluonLaunchPlan:
+                 l2_bytes: int | str = L2_BYTES, **plan_options) -> GluonLaunchPlan:
     """Every check of a first call, then its :class:`~kernel.gluon.fwd.plan.GluonLaunchPlan` (not kept:
     :func:`plan_for` keeps it). ``plan_options``: the plan's ``direct`` and ``cache_maps``; ``l2_bytes``:
     the causal tile order's budget (:mod:`kernel.gluon.schedule`; the tests and ``benchmarks.tile_order``
-    set others)."""
+    set others), or ``"balanced"``: the budget a persistent grid deals out most evenly (:func:`balanced_l2_bytes`;
+    not yet the default call's: timed on the H200 at one shape only)."""
     reason = gluon_support(capability_of(q))
     if reason is not None:
         raise GluonUnavailable(reason)
     check_inputs(q, k, v, causal)
     check_outputs(out, lse, q)
     config = config_from(variant, q.shape[-1], causal, knobs or {})
+    if l2_bytes == BALANCED:
+        l2_bytes = balanced_l2_bytes(q, k, causal, config)
     arguments = functools.partial(launch_arguments, l2_bytes=l2_bytes)
     return GluonLaunchPlan(q, k, v, causal, config, out, lse, arguments, **plan_options)
+
+
+def balanced_l2_bytes(q, k, causal: bool, config: GluonConfig) -> int:
+    """The causal order's budget a persistent launch deals out most evenly (:func:`kernel.gluon.schedule.
+    balanced_budget`); :data:`~kernel.gluon.schedule.L2_BYTES` where the order is not dealt in a stride."""
+    if not (causal and config.persistent):
+        return L2_BYTES
+    bh, n_q, n_k = q.numel() // (q.shape[-1] * q.shape[-2]), q.shape[-2], k.shape[-2]
+    programs = grid_for(config, bh, n_q, q.device)[0]
+    return balanced_budget(n_q, n_k, bh, q.shape[-1], config.block_m, config.block_n, programs)
 
 
 def plan_for(q, k, v, causal, variant: str, knobs: dict, out=None, lse=None) -> GluonLaunchPlan:

@@ -24,6 +24,7 @@ import torch
 from conftest import ROOT
 from gluon_smoke import cross_compile_in_processes, smoke_verdict, spill_allowance
 
+from kernel.gluon import schedule
 from kernel.gluon.api import gluon_api_support, gluon_support
 from kernel.gluon.fwd.config import VARIANTS, GluonConfig, default_gluon_config, smem_bytes
 from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
@@ -402,6 +403,27 @@ def test_causal_tiles_in_several_groups_of_heads_are_right(variant, head_dim, sm
         plan(q, k, v, out.fill_(float("nan")), lse.fill_(float("nan")))
         assert_matches_reference(out, lse, q, k, v, True, seed, label=f"{variant} D{head_dim} groups of 5, {launch}")
     assert variant != "ws" or plan.mode in ("maps", "descriptors")
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_the_balanced_order_is_right_and_takes_the_budget_the_model_picks(smoke, fresh_inputs, nan_outputs,
+                                                                          assert_matches_reference):
+    """checked_plan(l2_bytes="balanced") on a persistent causal launch (D=128's default, and the 4-per-SM 64 x 64
+    tile at D=64): the output of the budget kernel.gluon.schedule.balanced_budget picks, through the JIT and then
+    the direct launch."""
+    from kernel.gluon.fwd.launch import balanced_l2_bytes, checked_plan
+
+    _healthy(smoke, "ws")
+    for head_dim, knobs in ((128, {}), (64, dict(block_m=64, block_n=64, num_stages=2, overlap=False, persistent=4,
+                                                 consumer_regs=104))):
+        q, k, v, seed = _inputs(fresh_inputs, 2, 40, 777, 777, head_dim)
+        out, lse = nan_outputs(q)
+        plan = checked_plan(q, k, v, True, "ws", knobs, out, lse, l2_bytes="balanced")
+        assert plan.config.persistent and balanced_l2_bytes(q, k, True, plan.config) in schedule.BALANCE_BUDGETS
+        for launch in ("jit", "direct"):
+            plan(q, k, v, out.fill_(float("nan")), lse.fill_(float("nan")))
+            assert_matches_reference(out, lse, q, k, v, True, seed, label=f"balanced D{head_dim} {knobs} {launch}")
 
 
 @pytest.mark.gpu
