@@ -1,10 +1,12 @@
 # ruff: noqa: E501 -- the mutants quote source lines as they are
 """The 2026-12-04 mutants: one-line bugs in the Gluon kernels' tile order (kernel/gluon/schedule.py) and in
 the battery's leftovers fixed that day (empty flags, budget's exit on an invalid --config), and in the
-evening's route candidates (kernel/candidates.py, benchmarks/route.py), for ``scripts/mutants.py --group order``. Each is (name, file, text before, text after, tests).
+evening's route candidates (kernel/candidates.py, benchmarks/route.py) and balanced budget (kernel/gluon/schedule.py,
+kernel/gluon/fwd/launch.py, benchmarks/tile_order.py), for ``scripts/mutants.py --group order``. Each is (name, file, text before, text after, tests).
 """
 
 SCHEDULE = ["tests/kernel/gluon/test_schedule.py", "tests/kernel/gluon/test_gluon_schedule.py"]
+BALANCE = ["tests/benchmarks/test_route_cli.py"]
 CANDIDATES = ["tests/kernel/test_candidates.py", "tests/benchmarks/test_route_cli.py", "tests/kernel/test_route_table.py"]
 
 ORDER = [
@@ -42,4 +44,30 @@ ORDER = [
      '"ws_p0", "gluon_1c"})', CANDIDATES),
     ("route benchmark: p4 not timed", "benchmarks/route.py", '"ws_64x64_r144", "ws_64x64_p3", "ws_64x64_p4", "ws_p0"),',
      '"ws_64x64_r144", "ws_64x64_p3", "ws_p0"),', CANDIDATES),
+    # ---------------------------------------------------------------- the balanced budget (kernel.gluon.schedule)
+    ("balance: a group of more heads than there are", "kernel/gluon/schedule.py",
+     "    return max(1, min(bh, budget // row_bytes // max(n_k, 1)))",
+     "    return max(1, budget // row_bytes // max(n_k, 1))", SCHEDULE + BALANCE),
+    ("balance: the lightest row costed first", "kernel/gluon/schedule.py",
+     "        for tile_m in reversed(range(tiles_m)):", "        for tile_m in range(tiles_m):", SCHEDULE + BALANCE),
+    ("balance: keys past N_k costed", "kernel/gluon/schedule.py",
+     "costs += [-(-min(tile_m * block_m + block_m, n_k) // block_n)] * size",
+     "costs += [-(-(tile_m * block_m + block_m) // block_n)] * size", SCHEDULE + BALANCE),
+    ("balance: tiles dealt in blocks, not a stride", "kernel/gluon/schedule.py",
+     "        loads[index % programs] += cost + overhead", "        loads[index * programs // len(costs)] += cost + overhead",
+     SCHEDULE + BALANCE),
+    ("balance: no prologue in a tile's cost", "kernel/gluon/schedule.py",
+     "        loads[index % programs] += cost + overhead", "        loads[index % programs] += cost", SCHEDULE + BALANCE),
+    ("balance: no tolerance toward the larger group", "kernel/gluon/schedule.py",
+     "if spread[budget] <= best * 1.005)", "if spread[budget] <= best)", SCHEDULE + BALANCE),
+    ("balance: the least even budget", "kernel/gluon/schedule.py", "    best = min(spread.values())",
+     "    best = max(spread.values())", SCHEDULE + BALANCE),
+    # (balancing a program-per-tile launch would be equivalent: a program per tile is as even in any order)
+    ("balance: a non-causal launch balanced", "kernel/gluon/fwd/launch.py",
+     "    if not (causal and config.persistent):", "    if not config.persistent:", SCHEDULE + BALANCE),
+    ("balance: every tile a program", "kernel/gluon/fwd/launch.py",
+     "    programs = grid_for(config, bh, n_q, q.device)[0]", "    programs = bh * -(-n_q // config.block_m)",
+     SCHEDULE + BALANCE),
+    ("balance: the benchmark's balanced variant dropped", "benchmarks/tile_order.py",
+     '    balanced = {"/balanced": BALANCED} if pass_ == "fwd" else {}', "    balanced = {}", SCHEDULE + BALANCE),
 ]

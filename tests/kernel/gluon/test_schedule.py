@@ -106,6 +106,8 @@ def test_a_stride_that_keeps_dealing_heavy_tiles_to_the_same_programs_is_imbalan
     assert schedule.stride_imbalance([3, 1, 3, 1], 2, overhead=0) == 1.5
     assert schedule.stride_imbalance([3, 1, 1, 3], 2, overhead=0) == 1.0
     assert schedule.stride_imbalance([5], 4, overhead=1) == 1.0          # idle programs are not counted
+    # by default a tile costs one key tile more than its keys (its prologue and epilogue): loads 8 and 4
+    assert schedule.stride_imbalance([3, 1, 3, 1], 2) == pytest.approx(8 / 6)
 
 
 def test_the_balanced_budget_is_the_one_the_h200_timed_fastest_and_else_the_order_as_it_was():
@@ -117,3 +119,41 @@ def test_the_balanced_budget_is_the_one_the_h200_timed_fastest_and_else_the_orde
     assert schedule.balanced_budget(1024, 1024, 512, 128, 128, 128, 132) == schedule.L2_BYTES
     assert schedule.balanced_budget(512, 512, 256, 128, 128, 128, 132) == schedule.L2_BYTES
     assert schedule.group_for(1024, 256, 4 * mb, 128 * 4) == 8 and schedule.group_for(10 ** 9, 4, mb, 512) == 1
+
+
+def test_a_budget_within_half_a_percent_of_the_most_even_keeps_the_larger_group():
+    """B128 N4096 D128, 64 x 64 tiles on 396 programs: 16 MB leaves 7.65% over the mean, 4 MB 7.50%: within
+    0.5%, so the larger group (16 MB) is kept; B64 N4096 D64: 32 MB's 15.44% against 16 MB's 15.15%, 32 MB."""
+    mb = 1024 * 1024
+    assert schedule.balanced_budget(4096, 4096, 128, 128, 64, 64, 396) == 16 * mb
+    assert schedule.balanced_budget(4096, 4096, 64, 64, 64, 64, 396) == 32 * mb
+
+
+def test_a_group_never_holds_more_heads_than_there_are():
+    assert schedule.group_for(16, 4, 32 * 1024 * 1024, 512) == 4
+
+
+def test_a_plan_balances_only_a_persistent_causal_launch(monkeypatch):
+    """kernel.gluon.fwd.launch.balanced_l2_bytes: the model for a persistent causal launch over its grid's
+    programs (tiles, or persistent x SMs), the default budget for a program per tile or a non-causal one."""
+    import torch
+
+    import kernel.gluon.fwd.plan as plan
+    from kernel.gluon.fwd.config import GluonConfig
+    from kernel.gluon.fwd.launch import balanced_l2_bytes
+
+    monkeypatch.setattr(plan, "sm_count", lambda device: 132)
+    q = torch.empty(16, 16, 1024, 128)
+    persistent = GluonConfig("ws", 128, 128, persistent=1)
+    assert balanced_l2_bytes(q, q, True, persistent) == 4 * 1024 * 1024
+    assert balanced_l2_bytes(q, q, False, persistent) == schedule.L2_BYTES
+    assert balanced_l2_bytes(q, q, True, GluonConfig("ws", 128, 128, persistent=0)) == schedule.L2_BYTES
+    three_dims = torch.empty(256, 1024, 128)        # [batch x heads, N, D]: the same heads
+    assert balanced_l2_bytes(three_dims, three_dims, True, persistent) == 4 * 1024 * 1024
+
+
+def test_the_tile_order_benchmark_times_the_balanced_order_in_the_forward_only():
+    from benchmarks.tile_order import _variants
+
+    assert _variants([8], "fwd")["/balanced"] == schedule.BALANCED and "/8MB" in _variants([8], "fwd")
+    assert "/balanced" not in _variants([8])        # the backward's plan takes a number of bytes only
