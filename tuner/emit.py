@@ -212,6 +212,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file an SQLite URL names (resolved), None for another database or an in-memory one."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database).resolve()
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -224,10 +239,14 @@ def main(argv=None) -> int:
         return usage_error(parser, f"--top {args.top} must be 0 or more")
     default = Path(DEFAULT_OUT) / "configs" / f"{study.name}_{target.name}_configs.py"
     out = Path(args.out) if args.out is not None else default
+    store_file = sqlite_file(args.storage)
     for flag, given in (("--out", out if args.out is None else args.out), ("--verify", args.verify)):
         problem = unwritable(given, "file") if given is not None else None
         if problem:
             return usage_error(parser, f"{flag} {str(given)!r} {problem}")
+        if given is not None and store_file is not None and Path(given).resolve() == store_file:
+            return usage_error(parser, f"{flag} {str(given)!r} is the database --storage {args.storage!r} reads: "
+                                       "writing there would replace it; give another file")
     if args.verify:
         import torch
 

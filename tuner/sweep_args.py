@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from tuner.budget import MAX_JOBS
 from tuner.formatting import usage_error
 from tuner.gpus import GpuSpec, valid_names
 from tuner.paths import unwritable
@@ -28,6 +29,8 @@ def check_numbers(args) -> str | None:
         value = getattr(args, name)
         if value is not None and value < low:
             return f"--{name} {value} must be at least {low}"
+    if args.jobs is not None and args.jobs > MAX_JOBS:
+        return f"--jobs {args.jobs} must be at most {MAX_JOBS} (compile processes; the default is every core but two)"
     for name in ("timeout", "trial_timeout"):
         value = getattr(args, name)
         if value is not None and not 0 < value <= MAX_SECONDS:

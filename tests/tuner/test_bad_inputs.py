@@ -136,6 +136,7 @@ SWEEP = [
     (["--gpu", "sm_89", "--timeout", "nan"], "--timeout nan"),
     (["--gpu", "sm_89", "--trial-timeout", "0"], "--trial-timeout 0"),
     (["--gpu", "sm_89", "--jobs", "0"], "--jobs 0"),
+    (["--gpu", "sm_89", "--jobs", "99999999999999999999"], "--jobs 99999999999999999999 must be at most 1024"),
     (["--gpu", "sm_89", "--batch", "0"], "--batch 0"),
     (["--gpu", "sm_89", "--finalists", "-1"], "--finalists -1 must be at least 0"),
     (["--gpu", "sm_89", "--rounds", "1"], "--rounds 1 must be at least 2"),
@@ -200,6 +201,13 @@ EMIT = [
     (["--study", "article", "--gpu", "sm_90", "--out", _t("a-file/c.py")], "{tmp}/a-file is a file, not a folder"),
     (["--study", "article", "--gpu", "sm_90", "--out", "/proc/c.py"], "cannot be made: /proc is not writable"),
     (["--study", "article", "--gpu", "sm_90", "--out", ""], "--out '' is empty"),
+    # the battery of 2026-12-04 evening: the list written over the store it was read from
+    (["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/results.db", "--out", _t("results.db")],
+     "is the database --storage"),
+    (["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///results.db", "--out", "./results.db"],
+     "writing there would replace it"),
+    (["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/results.db", "--verify",
+      _t("results.db")], "--verify '{tmp}/results.db' is the database"),
 ]
 if not torch.cuda.is_available():
     EMIT.append((["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/results.db", "--out",
@@ -233,7 +241,9 @@ BUDGET = [
     (["--gpu", "sm_89", "--config", "128,64"], "config '128,64' must be BM,BN,WARPS,STAGES"),
     (["--gpu", "sm_89", "--config", "a,b,c,d"], "config 'a,b,c,d'"),
     (["--gpu", "sm_89", "--config", "0,64,8,3"], "config '0,64,8,3'"),
-    (["--gpu", "sm_89", "--jobs", "0"], "--jobs 0 must be at least 1"),
+    (["--gpu", "sm_89", "--jobs", "0"], "--jobs 0 must be 1 to 1024"),
+    # the battery of 2026-12-04 evening: a huge count overflowed the compile pool's feed, which then hung
+    (["--gpu", "sm_89", "--jobs", "99999999999999999999"], "--jobs 99999999999999999999 must be 1 to 1024"),
 ]
 
 BENCH_SEARCH = [

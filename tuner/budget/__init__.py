@@ -18,10 +18,11 @@ from tuner.budget._compile import (
     quiet_compiler_pages,
     read_resource_usage,
 )
-from tuner.budget._pool import CompilePool, compile_many
+from tuner.budget._pool import MAX_JOBS, CompilePool, compile_many
 from tuner.budget._verdict import BudgetResult, check, check_many, smem_limit, verdict
 
 __all__ = [
+    "MAX_JOBS",
     "BudgetResult", "CacheError", "CompileInfo", "CompilePool", "CompileTask", "cache_dir", "check", "check_many",
     "compile_config", "compile_log", "compile_many", "compile_tasks", "quiet_compiler_pages", "read_resource_usage",
     "settle_caches", "smem_limit", "verdict",

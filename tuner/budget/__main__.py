@@ -11,6 +11,7 @@ from dataclasses import asdict
 
 from tuner import kernels
 from tuner.budget._cache import CacheError, settle_caches
+from tuner.budget._pool import MAX_JOBS
 from tuner.budget._verdict import check_many
 from tuner.formatting import fmt, headline, nonempty, usage_error
 from tuner.gpus import GpuSpec, valid_names
@@ -71,8 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return usage_error(parser, f"--head-dim {args.head_dim} is not supported; use one of {HEAD_DIMS}")
     if args.dtype not in DTYPE_BYTES:
         return usage_error(parser, f"--dtype {args.dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
-    if args.jobs is not None and args.jobs < 1:
-        return usage_error(parser, f"--jobs {args.jobs} must be at least 1")
+    if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
+        return usage_error(parser, f"--jobs {args.jobs} must be 1 to {MAX_JOBS} (compile processes)")
     try:
         kernel = kernels.get(args.kernel, args.pass_)
     except kernels.KernelNotFound as exc:

@@ -29,7 +29,9 @@ from tuner.budget._compile import (
 from tuner.spawn import sigint_blocked
 from tuner.trace import TIMELINE
 
-__all__ = ["CompilePool", "compile_many"]
+__all__ = ["MAX_JOBS", "CompilePool", "compile_many"]
+
+MAX_JOBS = 1024     # compile processes a command may ask for: more than any machine's cores, each importing Triton
 
 
 class CompilePool:
