@@ -143,8 +143,15 @@ def test_the_route_candidates_compile_without_spills_and_match_the_smem_model(na
     assert report["shared"] == report["model"], "the shared-memory model is off"
     assert report["shared"] + STATIC_SMEM <= SMEM_LIMIT
     if report["resources"]:
-        assert report["resources"]["STACK"] <= SPILLS, f"register spills: {report['resources']}"
+        assert report["resources"]["STACK"] <= SPILLS + CANDIDATE_SPILLS.get(name, 0), \
+            f"register spills: {report['resources']}"
     assert not report["ptxas_warnings"], f"ptxas: {report['ptxas_warnings']}"
+
+
+# ws_p0 (D=128's default tile on a program per tile) keeps 24 B (48 B causal) on the stack under Triton 3.6's ptxas at
+# the compile tests' lengths; it was timed so on the H200 and won one bucket, (128, True, 2048, 32), 1.13 against
+# ws_64x64's 1.10 (docs/results/2026-12-04-h200-many-programs.md). No more than that.
+CANDIDATE_SPILLS = {"candidate-ws_p0-D128-full": 24, "candidate-ws_p0-D128-causal": 48}
 
 
 @needs_gluon_api
