@@ -29,7 +29,7 @@ from tuner.gpus import GpuSpec
 from tuner.paths import unwritable
 from tuner.problem import Problem
 from tuner.status import Status
-from tuner.store import DEFAULT_OUT, DEFAULT_URL, Result, Store, StoreError
+from tuner.store import DEFAULT_OUT, DEFAULT_URL, Result, Store, StoreError, parse_url, sqlite_file
 from tuner.study import PASSES, Study, StudyError, load
 
 
@@ -212,21 +212,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def sqlite_file(url: str) -> Path | None:
-    """The file an SQLite URL names (resolved), None for another database or an in-memory one."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
-        return None
-    return Path(database).resolve()
-
-
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -239,7 +224,10 @@ def main(argv=None) -> int:
         return usage_error(parser, f"--top {args.top} must be 0 or more")
     default = Path(DEFAULT_OUT) / "configs" / f"{study.name}_{target.name}_configs.py"
     out = Path(args.out) if args.out is not None else default
-    store_file = sqlite_file(args.storage)
+    try:
+        store_file = sqlite_file(parse_url(args.storage))
+    except StoreError:                  # a URL that is not one: the store says so below
+        store_file = None
     for flag, given in (("--out", out if args.out is None else args.out), ("--verify", args.verify)):
         problem = unwritable(given, "file") if given is not None else None
         if problem:

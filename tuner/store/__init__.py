@@ -32,6 +32,7 @@ from tuner.store._store import (
     mentions,
     parse_url,
     retrying,
+    sqlite_file,
 )
 from tuner.store._tables import (
     CONFIG_KEY_LENGTH,
@@ -49,4 +50,4 @@ from tuner.store._tables import (
 __all__ = ["CONFIG_KEY_LENGTH", "DEFAULT_OUT", "DEFAULT_URL", "INTERRUPTED", "SQLITE_LOCK_TIMEOUT_S", "TABLES", "Base",
            "Baseline", "Finalist", "Profile", "Result", "Run", "RunHeartbeat", "Store", "StoreError", "StudyRecord",
            "commit_without_fsync", "engine_options", "in_memory", "mark_gone_runs", "mentions", "now", "parse_url",
-           "pid_alive", "retrying", "run_gone"]
+           "pid_alive", "retrying", "run_gone", "sqlite_file"]

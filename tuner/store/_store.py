@@ -63,6 +63,15 @@ def in_memory(parsed: URL) -> bool:
             or parsed.query.get("mode") == "memory" or "mode=memory" in database)
 
 
+def sqlite_file(parsed: URL) -> Path | None:
+    """The file of an SQLite database on disk (resolved); None for another database, one in memory, or an SQLite
+    URI (``file:...``)."""
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or in_memory(parsed) or database.startswith("file:"):
+        return None
+    return Path(database).resolve()
+
+
 def engine_options(url: str | URL) -> dict:
     """``create_engine`` keywords for a URL, for our engine and Optuna's alike (SQLite's lock timeout)."""
     parsed = make_url(url) if isinstance(url, str) else url
