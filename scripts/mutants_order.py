@@ -45,9 +45,9 @@ ORDER = [
     ("route benchmark: p4 not timed", "benchmarks/route.py", '"ws_64x64_r144", "ws_64x64_p3", "ws_64x64_p4", "ws_p0"),',
      '"ws_64x64_r144", "ws_64x64_p3", "ws_p0"),', CANDIDATES),
     # ---------------------------------------------------------------- the balanced budget (kernel.gluon.schedule)
-    ("balance: a group of more heads than there are", "kernel/gluon/schedule.py",
-     "    return max(1, min(bh, budget // row_bytes // max(n_k, 1)))",
-     "    return max(1, budget // row_bytes // max(n_k, 1))", SCHEDULE + BALANCE),
+    ("balance: a launch with no keys divided by", "kernel/gluon/schedule.py",
+     '    return int(getattr(heads_per_group, "fn", heads_per_group)(max(n_k, 1), bh, budget, row_bytes))',
+     '    return int(getattr(heads_per_group, "fn", heads_per_group)(n_k, bh, budget, row_bytes))', SCHEDULE + BALANCE),
     ("balance: the lightest row costed first", "kernel/gluon/schedule.py",
      "        for tile_m in reversed(range(tiles_m)):", "        for tile_m in range(tiles_m):", SCHEDULE + BALANCE),
     ("balance: keys past N_k costed", "kernel/gluon/schedule.py",

@@ -131,6 +131,7 @@ def test_a_budget_within_half_a_percent_of_the_most_even_keeps_the_larger_group(
 
 def test_a_group_never_holds_more_heads_than_there_are():
     assert schedule.group_for(16, 4, 32 * 1024 * 1024, 512) == 4
+    assert schedule.group_for(0, 4, 32 * 1024 * 1024, 512) == 4      # no keys: counted as one, no division by 0
 
 
 def test_a_plan_balances_only_a_persistent_causal_launch(monkeypatch):
