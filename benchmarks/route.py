@@ -87,13 +87,30 @@ def resolved(pass_: str, name: str, head_dim: int, causal: bool) -> dict:
     return asdict(replace(GLUON_BWD_ROUTES[(head_dim, causal)], **candidate.settings))
 
 
+def gluon_set_calls(sets: list[tuple], causal: bool, variant: str, knobs: dict) -> list:
+    """One call of the Gluon forward ``variant`` at ``knobs`` per (q, k, v, out, lse) set."""
+    from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
+
+    return [lambda s=s: flash_attn_fwd_gluon(s[0], s[1], s[2], causal, variant=variant, **knobs, out=s[3], lse=s[4])
+            for s in sets]
+
+
+def sdpa_pins(calls: dict, sets: list[tuple], causal: bool, only: tuple[str, ...] | None = None) -> dict:
+    """SDPA's forward backends that run here (``only`` those named) added to ``calls``: name -> their pin."""
+    from kernel.measure.timing import runs, sdpa_backends
+
+    pins = {}
+    for name, pinned in sdpa_backends([s[:3] for s in sets], causal).items():
+        if runs(pinned) and (only is None or name in only):
+            pins[name], calls[name] = pinned
+    return pins
+
+
 def forward_calls(batch: int, heads: int, n: int, head_dim: int, causal: bool) -> tuple[dict, dict]:
     """(name -> calls over the input sets, name -> SDPA pin) of the forward's candidates on one shape
     (:func:`timed_candidates`), the default call and SDPA's backends."""
     from benchmarks.gluon import make_sets, set_calls
     from kernel.candidates import FORWARD
-    from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
-    from kernel.measure.timing import runs, sdpa_backends
     from kernel.triton.defaults import default_config
 
     sets = make_sets(batch, heads, n, head_dim, torch.bfloat16)
@@ -101,17 +118,11 @@ def forward_calls(batch: int, heads: int, n: int, head_dim: int, causal: bool) -
     for name in timed_candidates("fwd", n, head_dim, causal):
         candidate = FORWARD[name]
         if candidate.gluon:
-            calls[name] = [lambda s=s, c=candidate: flash_attn_fwd_gluon(s[0], s[1], s[2], causal, variant=c.kernel,
-                                                                         **c.settings, out=s[3], lse=s[4])
-                           for s in sets]
+            calls[name] = gluon_set_calls(sets, causal, candidate.kernel, candidate.settings)
         else:
             calls[name] = set_calls(sets, causal, default_config(head_dim, causal) | candidate.settings)
     calls["default"] = set_calls(sets, causal, {})
-    pins = {}
-    for name, pinned in sdpa_backends([s[:3] for s in sets], causal).items():
-        if runs(pinned):
-            pins[name], calls[name] = pinned
-    return calls, pins
+    return calls, sdpa_pins(calls, sets, causal)
 
 
 def backward_calls(batch: int, heads: int, n: int, head_dim: int, causal: bool) -> tuple[dict, dict]:

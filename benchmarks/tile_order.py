@@ -45,10 +45,9 @@ def _variants(budgets: list[int], pass_: str = "bwd") -> dict[str, int | str | N
 def forward_calls(batch, heads, n, head_dim, budgets) -> tuple[dict, dict]:
     """(name -> calls, name -> SDPA pin): each Gluon forward candidate in each order, and SDPA's backends."""
     from benchmarks.gluon import make_sets
-    from benchmarks.route import timed_candidates
+    from benchmarks.route import gluon_set_calls, sdpa_pins, timed_candidates
     from kernel.candidates import FORWARD
-    from kernel.gluon.fwd.launch import checked_plan, flash_attn_fwd_gluon
-    from kernel.measure.timing import runs, sdpa_backends
+    from kernel.gluon.fwd.launch import checked_plan
 
     sets = make_sets(batch, heads, n, head_dim, torch.bfloat16)
     calls = {}
@@ -58,17 +57,12 @@ def forward_calls(batch, heads, n, head_dim, budgets) -> tuple[dict, dict]:
         c = FORWARD[name]
         for suffix, l2_bytes in _variants(budgets, "fwd").items():
             if l2_bytes is None:
-                calls[name] = [lambda s=s, c=c: flash_attn_fwd_gluon(s[0], s[1], s[2], True, variant=c.kernel,
-                                                                     **c.settings, out=s[3], lse=s[4]) for s in sets]
+                calls[name] = gluon_set_calls(sets, True, c.kernel, c.settings)
                 continue
             first = sets[0]
             plan = checked_plan(*first[:3], True, c.kernel, c.settings, *first[3:], l2_bytes=l2_bytes)
             calls[name + suffix] = [lambda s=s, plan=plan: plan(*s) for s in sets]
-    pins = {}
-    for name, pinned in sdpa_backends([s[:3] for s in sets], True).items():
-        if runs(pinned):
-            pins[name], calls[name] = pinned
-    return calls, pins
+    return calls, sdpa_pins(calls, sets, True)
 
 
 def backward_calls(batch, heads, n, head_dim, budgets) -> tuple[dict, dict]:

@@ -24,25 +24,17 @@ def setup_for(batch, heads, n, head_dim, causal, configs):
         import torch
 
         from benchmarks.gluon import make_sets
+        from benchmarks.route import gluon_set_calls, sdpa_pins
         from kernel.candidates import FORWARD
-        from kernel.gluon.fwd.launch import flash_attn_fwd_gluon
-        from kernel.measure.timing import runs, sdpa_backends
 
         sets = make_sets(batch, heads, n, head_dim, torch.bfloat16)
         calls = {}
         for label in configs:
             if label in FORWARD:
-                variant, knobs = FORWARD[label].kernel, FORWARD[label].settings
+                calls[label] = gluon_set_calls(sets, causal, FORWARD[label].kernel, FORWARD[label].settings)
             else:
-                variant, knobs = "ws", json.loads(label)
-            calls[label] = [lambda s=s, v=variant, k=knobs: flash_attn_fwd_gluon(s[0], s[1], s[2], causal, variant=v,
-                                                                                 **k, out=s[3], lse=s[4])
-                            for s in sets]
-        pins = {}
-        for name, pinned in sdpa_backends([s[:3] for s in sets], causal).items():
-            if runs(pinned) and name == "cudnn":
-                pins[name], calls[name] = pinned
-        return calls, pins
+                calls[label] = gluon_set_calls(sets, causal, "ws", json.loads(label))
+        return calls, sdpa_pins(calls, sets, causal, only=("cudnn",))
     return setup
 
 
