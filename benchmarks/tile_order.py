@@ -2,9 +2,9 @@
 
 The Gluon kernels take causal tiles heaviest first in groups of heads whose inputs fit in the L2
 (:mod:`kernel.gluon.schedule`). This times each Gluon candidate of the pass (:mod:`kernel.candidates`)
-with that order (``NAME``: the call as a user makes it) and with one group of every head (``NAME/flat``:
-the order before groups), at each ``--budget`` asked besides (``NAME/16MB``) and, forward, at the budget a
-persistent grid deals out most evenly (``NAME/balanced``, :func:`kernel.gluon.schedule.balanced_budget`), with
+with that order (``NAME``: the call as a user makes it; forward, at the budget a persistent grid deals out most
+evenly, :func:`kernel.gluon.schedule.balanced_budget`), with one group of every head (``NAME/flat``: the order
+before groups), at each ``--budget`` asked besides (``NAME/16MB``) and, forward, at the fixed 32 MB (``NAME/32MB``), with
 SDPA-cuDNN paired in every window (:func:`kernel.measure.retime.paired_together`). Each figure is cuDNN's time
 over the candidate's (above 1: faster than cuDNN); ``grouped/flat`` is the flat order's time over the
 grouped one's (above 1: the groups are faster). Causal shapes only: non-causal tiles of a head are
@@ -25,7 +25,7 @@ import sys
 import torch
 
 from benchmarks._report import write_report
-from kernel.gluon.schedule import BALANCED
+from kernel.gluon.schedule import L2_BYTES
 
 BATCH_HEADS = ((16, 16), (32, 16))
 LENGTHS = (512, 1024, 2048, 4096)
@@ -35,11 +35,12 @@ FLAT = 2 ** 31 - 1       # a budget every head fits in (one group), yet an int32
 MB = 1024 * 1024
 
 
-def _variants(budgets: list[int], pass_: str = "bwd") -> dict[str, int | str | None]:
-    """suffix -> l2_bytes: the call as made (None), the flat order, each extra budget in MB, and (forward) the
-    budget a persistent grid deals out most evenly (``/balanced``: kernel.gluon.schedule.balanced_budget)."""
-    balanced = {"/balanced": BALANCED} if pass_ == "fwd" else {}
-    return {"": None, "/flat": FLAT, **{f"/{mb}MB": mb * MB for mb in budgets}, **balanced}
+def _variants(budgets: list[int], pass_: str = "bwd") -> dict[str, int | None]:
+    """suffix -> l2_bytes: the call as made (None), the flat order, each extra budget in MB, and (forward, whose
+    call takes the budget a persistent grid deals out most evenly: kernel.gluon.schedule.balanced_budget) the
+    fixed budget it had before (``/32MB``)."""
+    fixed = {f"/{L2_BYTES // MB}MB": L2_BYTES} if pass_ == "fwd" else {}
+    return {"": None, "/flat": FLAT, **fixed, **{f"/{mb}MB": mb * MB for mb in budgets}}
 
 
 def forward_calls(batch, heads, n, head_dim, budgets) -> tuple[dict, dict]:

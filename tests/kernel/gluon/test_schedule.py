@@ -153,8 +153,9 @@ def test_a_plan_balances_only_a_persistent_causal_launch(monkeypatch):
     assert balanced_l2_bytes(three_dims, three_dims, True, persistent) == 4 * 1024 * 1024
 
 
-def test_the_tile_order_benchmark_times_the_balanced_order_in_the_forward_only():
+def test_the_tile_order_benchmark_times_the_forward_call_beside_the_fixed_budget_it_had_before():
     from benchmarks.tile_order import _variants
 
-    assert _variants([8], "fwd")["/balanced"] == schedule.BALANCED and "/8MB" in _variants([8], "fwd")
-    assert "/balanced" not in _variants([8])        # the backward's plan takes a number of bytes only
+    forward = _variants([8], "fwd")
+    assert forward[""] is None and forward["/32MB"] == schedule.L2_BYTES and forward["/8MB"] == 8 * 1024 * 1024
+    assert "/32MB" not in _variants([8])            # the backward's call keeps the fixed budget: nothing to compare

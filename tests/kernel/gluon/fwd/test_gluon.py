@@ -416,9 +416,9 @@ def test_causal_tiles_in_several_groups_of_heads_are_right(variant, head_dim, sm
 @needs_hopper
 def test_the_balanced_order_is_right_and_takes_the_budget_the_model_picks(smoke, fresh_inputs, nan_outputs,
                                                                           assert_matches_reference):
-    """checked_plan(l2_bytes="balanced") on a persistent causal launch (D=128's default, and the 4-per-SM 64 x 64
-    tile at D=64): the output of the budget kernel.gluon.schedule.balanced_budget picks, through the JIT and then
-    the direct launch."""
+    """A first call's plan (checked_plan as plan_for makes it, no budget named) on a persistent causal launch
+    (D=128's default, and the 4-per-SM 64 x 64 tile at D=64) takes the budget kernel.gluon.schedule.balanced_budget
+    picks, and its output is right through the JIT and then the direct launch."""
     from kernel.gluon.fwd.launch import balanced_l2_bytes, checked_plan
 
     _healthy(smoke, "ws")
@@ -426,8 +426,10 @@ def test_the_balanced_order_is_right_and_takes_the_budget_the_model_picks(smoke,
                                                  consumer_regs=104))):
         q, k, v, seed = _inputs(fresh_inputs, 2, 40, 777, 777, head_dim)
         out, lse = nan_outputs(q)
-        plan = checked_plan(q, k, v, True, "ws", knobs, out, lse, l2_bytes="balanced")
-        assert plan.config.persistent and balanced_l2_bytes(q, k, True, plan.config) in schedule.BALANCE_BUDGETS
+        plan = checked_plan(q, k, v, True, "ws", knobs, out, lse)
+        budget = balanced_l2_bytes(q, k, True, plan.config)
+        assert plan.config.persistent and budget in schedule.BALANCE_BUDGETS
+        assert plan.arguments.keywords["l2_bytes"] == budget
         for launch in ("jit", "direct"):
             plan(q, k, v, out.fill_(float("nan")), lse.fill_(float("nan")))
             assert_matches_reference(out, lse, q, k, v, True, seed, label=f"balanced D{head_dim} {knobs} {launch}")
