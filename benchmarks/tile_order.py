@@ -4,10 +4,10 @@ The Gluon kernels take causal tiles heaviest first in groups of heads whose inpu
 (:mod:`kernel.gluon.schedule`). This times each Gluon candidate of the pass (:mod:`kernel.candidates`)
 with that order (``NAME``: the call as a user makes it; forward, at the budget a persistent grid deals out most
 evenly, :func:`kernel.gluon.schedule.balanced_budget`), with one group of every head (``NAME/flat``: the order
-before groups), at each ``--budget`` asked besides (``NAME/16MB``) and, forward, at the fixed 32 MB (``NAME/32MB``), with
-SDPA-cuDNN paired in every window (:func:`kernel.measure.retime.paired_together`). Each figure is cuDNN's time
-over the candidate's (above 1: faster than cuDNN); ``grouped/flat`` is the flat order's time over the
-grouped one's (above 1: the groups are faster). Causal shapes only: non-causal tiles of a head are
+before groups), at each ``--budget`` asked besides (``NAME/16MB``) and, forward, at the fixed 32 MB
+(``NAME/32MB``), with SDPA-cuDNN paired in every window (:func:`kernel.measure.retime.paired_together`).
+Each figure is cuDNN's time over the candidate's (above 1: faster than cuDNN); ``grouped/flat`` is the flat
+order's time over the grouped one's (above 1: the groups are faster). Causal shapes only: non-causal tiles of a head are
 consecutive in both orders.
 
     python -m benchmarks.tile_order                                  # both passes, the default grid
