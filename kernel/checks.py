@@ -12,12 +12,19 @@ import torch
 
 from kernel.arch import interpreting
 
-__all__ = ["DTYPES", "HEAD_DIMS", "as_int", "check_agreement", "check_inputs", "check_kinds", "check_output",
-           "check_outputs", "check_tma_layout", "OverlapCheck", "byte_extent", "has_internal_overlap",
-           "is_count", "is_pow2", "register_cap", "tma_misfit"]
+__all__ = ["DTYPES", "HEAD_DIMS", "MAX_PERSISTENT", "MAX_STAGES", "MAX_TILE", "as_int", "check_agreement",
+           "check_inputs", "check_kinds", "check_output", "check_outputs", "check_tile_area", "check_tile_rows",
+           "check_tma_layout", "OverlapCheck", "byte_extent", "has_internal_overlap", "is_count", "is_pow2",
+           "programs_per_sm", "register_cap", "stage_count", "tma_misfit"]
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+MAX_TILE = 2 ** 20          # Triton's largest tensor (triton.language.TRITON_MAX_TENSOR_NUMEL): a score tile's elements
+# The launchers' bounds, those of the tuner's config space (tuner.kernels.triton_fwd and triton_bwd) and of the Gluon
+# configs' persistent grids: each stage a shared-memory buffer more (beyond 8 no tile worth running fits), and more
+# programs per SM than it runs at once make a persistent grid a plain grid with a loop; a huge value is a typo.
+MAX_STAGES = 8
+MAX_PERSISTENT = 8
 
 
 def is_pow2(value: int) -> bool:
@@ -52,6 +59,41 @@ def register_cap(value) -> int | None:
         raise ValueError(f"maxnreg={value!r} must be None or a multiple of 8 from 24 to 255 (registers per "
                          "thread), or 0 for no cap")
     return cap or None
+
+
+def check_tile_area(rows: str, block_m: int, cols: str, block_n: int) -> None:
+    """A ``block_m`` x ``block_n`` score tile within Triton's largest tensor (:data:`MAX_TILE`), which Triton
+    checks only inside its compiler or interpreter; ValueError naming both tile arguments otherwise."""
+    if block_m * block_n > MAX_TILE:
+        raise ValueError(f"{rows}={block_m} x {cols}={block_n} is over Triton's largest tensor ({MAX_TILE} elements, "
+                         f"the score tile); use tiles whose product is at most {MAX_TILE}, e.g. {rows}=128, {cols}=128")
+
+
+def check_tile_rows(head_dim: int, **tiles: int) -> None:
+    """Each tile's rows of q, k or v (``[tile, head_dim]``) within Triton's largest tensor (:data:`MAX_TILE`),
+    which Triton checks only inside its compiler or interpreter; ValueError naming the tile otherwise."""
+    for name, tile in tiles.items():
+        if tile * head_dim > MAX_TILE:
+            raise ValueError(f"{name}={tile} x head dim {head_dim} is over Triton's largest tensor ({MAX_TILE} "
+                             f"elements, a tile of q, k or v); use {name} <= {MAX_TILE // head_dim} at this head dim")
+
+
+def stage_count(name: str, value) -> int:
+    """``num_stages`` (``name``: which pass's) as an int from 1 to :data:`MAX_STAGES`; ValueError naming it."""
+    stages = as_int(name, value, f"1 to {MAX_STAGES}")
+    if not 1 <= stages <= MAX_STAGES:
+        raise ValueError(f"{name}={value!r} must be an integer from 1 to {MAX_STAGES} (software pipeline stages)")
+    return stages
+
+
+def programs_per_sm(value) -> int:
+    """``persistent`` as an int: 0 (a program per tile) or 1 to :data:`MAX_PERSISTENT` programs per SM, each
+    looping over tiles; ValueError naming it otherwise."""
+    allowed = f"0 (a program per tile) or 1 to {MAX_PERSISTENT} programs per SM"
+    persistent = as_int("persistent", value, allowed)
+    if not 0 <= persistent <= MAX_PERSISTENT:
+        raise ValueError(f"persistent={value!r} must be {allowed}")
+    return persistent
 
 
 def _check_device(name: str, t: torch.Tensor) -> None:

@@ -14,7 +14,7 @@ from tuner.budget import MAX_JOBS
 from tuner.formatting import usage_error
 from tuner.gpus import GpuSpec, valid_names
 from tuner.paths import unwritable
-from tuner.store import DEFAULT_OUT, StoreError, in_memory, parse_url
+from tuner.store import DEFAULT_OUT, StoreError, in_memory, parse_url, storage_problem
 
 __all__ = ["MAX_SECONDS", "check_interpreter", "check_numbers", "check_paths", "resolve_gpus",
            "storage_url", "workers_for"]
@@ -57,7 +57,8 @@ def check_paths(args) -> str | None:
 
 
 def storage_url(args) -> tuple[str | None, str | None]:
-    """(url, error): the database URL, checked without touching it (:func:`tuner.store.parse_url`)."""
+    """(url, error): the database URL, checked without touching it (:func:`tuner.store.parse_url`): one that
+    keeps its results, and an existing SQLite file the sweep can write (:func:`tuner.store.storage_problem`)."""
     url = args.storage or f"sqlite:///{Path(args.out) / 'tuning.db'}"
     try:
         parsed = parse_url(url)
@@ -66,7 +67,8 @@ def storage_url(args) -> tuple[str | None, str | None]:
     if in_memory(parsed):
         return None, (f"--storage {url!r} is an in-memory database: every result would be lost when the sweep "
                       f"ends; give a file, e.g. sqlite:///{DEFAULT_OUT}/tuning.db")
-    return url, None
+    problem = storage_problem(url)          # read-only: refused now, not by SQLite at the run's first write
+    return (None, f"--storage: {problem}") if problem else (url, None)
 
 
 def check_interpreter(args, study) -> str | None:

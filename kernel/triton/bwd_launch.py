@@ -17,7 +17,19 @@ import torch
 import triton
 
 from kernel.arch import interpreting, sm_count
-from kernel.checks import OverlapCheck, as_int, check_inputs, is_count, is_pow2, register_cap, tma_misfit
+from kernel.checks import (
+    OverlapCheck,
+    as_int,
+    check_inputs,
+    check_tile_area,
+    check_tile_rows,
+    is_count,
+    is_pow2,
+    programs_per_sm,
+    register_cap,
+    stage_count,
+    tma_misfit,
+)
 from kernel.triton.bwd import (
     DQ_MODES,
     PREPROCESS_BLOCK,
@@ -64,20 +76,19 @@ def check_bwd_config(config: BwdConfig) -> BwdConfig:
         value = ints[name] = as_int(name, getattr(config, name), "a power of two >= 16")
         if not is_count(value, 16) or not is_pow2(value):
             raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
+    check_tile_area("block_m", ints["block_m"], "block_n", ints["block_n"])           # the dK/dV kernel's
+    check_tile_area("block_m_q", ints["block_m_q"], "block_n_q", ints["block_n_q"])   # the dQ pass's
     for name in ("num_warps", "num_warps_q"):
         value = ints[name] = as_int(name, getattr(config, name), "a power of two from 1 to 32")
         if not is_count(value, 1) or not is_pow2(value) or value > 32:
             raise ValueError(f"{name}={value!r} must be a power of two from 1 to 32")
     for name in ("num_stages", "num_stages_q"):
-        if not is_count(ints.setdefault(name, as_int(name, getattr(config, name), ">= 1")), 1):
-            raise ValueError(f"{name}={getattr(config, name)!r} must be an integer >= 1")
+        ints[name] = stage_count(name, getattr(config, name))
     if not isinstance(config.dq_mode, str) or config.dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode={config.dq_mode!r} must be one of {', '.join(DQ_MODES)}")
     if config.tma is not True and config.tma is not False:
         raise TypeError(f"tma must be True or False; got {config.tma!r}")
-    persistent = as_int("persistent", config.persistent, "0, or the programs per SM")
-    if not is_count(persistent, 0):
-        raise ValueError(f"persistent={config.persistent!r} must be 0 (a program per tile) or programs per SM")
+    persistent = programs_per_sm(config.persistent)
     if config.overlap is not True and config.overlap is not False:
         raise TypeError(f"overlap must be True or False; got {config.overlap!r}")
     if config.overlap and config.dq_mode != "pass":
@@ -124,6 +135,8 @@ def check_bwd_inputs(dout, q, k, v, out, lse, causal: bool, config: BwdConfig) -
     if lse.device != q.device:
         raise ValueError(f"lse is on {lse.device}, q on {q.device}; they must share a device")
     config = check_bwd_config(config)
+    check_tile_rows(q.shape[-1], **{name: getattr(config, name) for name in ("block_m", "block_n", "block_m_q",
+                                                                             "block_n_q")})
     _check_tma(config, q, (("q", q), ("k", k), ("v", v), ("dout", dout)))
     return config
 

@@ -26,7 +26,18 @@ from typing import Any, NamedTuple
 import triton
 import triton.language as tl
 
-from kernel.checks import as_int, check_inputs, check_outputs, check_tma_layout, is_count, is_pow2, register_cap
+from kernel.checks import (
+    as_int,
+    check_inputs,
+    check_outputs,
+    check_tile_area,
+    check_tile_rows,
+    check_tma_layout,
+    is_pow2,
+    programs_per_sm,
+    register_cap,
+    stage_count,
+)
 from kernel.triton.defaults import default_config
 from kernel.triton.launch import LaunchPlan, LaunchShape, LaunchSpec, cached_plan, plan_key, use_tma_allocator
 
@@ -230,7 +241,6 @@ KNOBS = (Knob("tma", False, "TMA"), Knob("warp_specialize", False, "WARP_SPEC"),
 KNOB_CONSTEXPRS = tuple((knob.constexpr, knob.default) for knob in KNOBS if knob.constexpr)
 # (block_m, block_n, num_warps, num_stages) and the knobs, with their defaults, as the launcher takes them.
 KNOB_DEFAULTS = (None, None, None, None) + tuple(knob.default for knob in KNOBS)
-MAX_TILE = 2 ** 20          # Triton's largest tensor (triton.language.TRITON_MAX_TENSOR_NUMEL): block_m x block_n
 TILE_NAMES = ("block_m", "block_n", "num_warps", "num_stages")      # a config's first four, by name
 # The kernel arguments whose change makes @triton.autotune tune again (it adds dtypes itself).
 AUTOTUNE_KEY = ("N_Q", "N_K", "HEAD_DIM", "CAUSAL")
@@ -250,18 +260,14 @@ def check_config(block_m: int, block_n: int, num_warps: int, num_stages: int, tm
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         if not is_pow2(value) or value < 16:
             raise ValueError(f"{name}={value!r} must be a power of two >= 16 (tl.dot's smallest tile)")
-    if block_m * block_n > MAX_TILE:
-        raise ValueError(f"block_m={block_m} x block_n={block_n} is over Triton's largest tensor ({MAX_TILE} elements, "
-                         "the score tile); use smaller tiles")
+    check_tile_area("block_m", block_m, "block_n", block_n)
     if not is_pow2(num_warps := as_int("num_warps", num_warps, "a power of two from 1 to 32")) or num_warps > 32:
         raise ValueError(f"num_warps={num_warps!r} must be a power of two from 1 to 32")
-    if not is_count(num_stages := as_int("num_stages", num_stages, ">= 1"), 1):
-        raise ValueError(f"num_stages={num_stages!r} must be an integer >= 1")
+    num_stages = stage_count("num_stages", num_stages)
     for name, value in (("tma", tma), ("warp_specialize", warp_specialize)):
         if value is not True and value is not False:
             raise TypeError(f"{name} must be True or False; got {value!r}")
-    if not is_count(persistent := as_int("persistent", persistent, "0, or the programs per SM"), 0):
-        raise ValueError(f"persistent={persistent!r} must be 0 (a program per tile) or the programs per SM (1, 2, ...)")
+    persistent = programs_per_sm(persistent)
     return block_m, block_n, num_warps, num_stages, tma, warp_specialize, register_cap(maxnreg), persistent
 
 
@@ -307,6 +313,7 @@ def _checked_plan(kernel, config: tuple | None, q, k, v, causal, out, lse, route
         if None in config[:4]:  # only untuned calls ask the device for defaults
             config = _with_defaults(config, q, k, v, causal)
         block_m, block_n, num_warps, num_stages, tma, warp_specialize, maxnreg, persistent = config = check_config(*config)
+        check_tile_rows(q.shape[-1], block_m=block_m, block_n=block_n)
         if tma:
             check_tma_layout(q, k, v)
             use_tma_allocator()

@@ -22,6 +22,32 @@ def test_dq_mode_tma_without_a_gpu_names_what_it_needs():
         kernel.flash_attn_bwd(torch.randn_like(q), q, k, v, out, lse, dq_mode="tma")
 
 
+@pytest.mark.parametrize("knob, value, allowed", [
+    ("num_stages", 10 ** 6, "must be an integer from 1 to 8"),       # the 2026-12-04 evening battery
+    ("num_stages", 9, "must be an integer from 1 to 8"),
+    ("persistent", 10 ** 9, r"must be 0 \(a program per tile\) or 1 to 8 programs per SM"),
+    ("persistent", 9, r"must be 0 \(a program per tile\) or 1 to 8 programs per SM"),
+    ("persistent", -1, r"must be 0 \(a program per tile\) or 1 to 8 programs per SM"),
+])
+def test_pipeline_stages_and_programs_per_sm_out_of_bounds_are_refused_by_name(knob, value, allowed):
+    """Bug caught: flash_attn_fwd(num_stages=10**6, persistent=10**9) was accepted (a compile per value, a grid
+    clipped to the tiles); the backward took them too. Bounds of the tuner's config space (1 to 8, 0 to 8)."""
+    q, k, v = _inputs()
+    with pytest.raises(ValueError, match=rf"{knob}={value} {allowed}"):
+        kernel.flash_attn_fwd(q, k, v, **{knob: value})
+    out, lse = kernel.flash_attn_fwd(q, k, v)
+    backward_knob = "num_stages_q" if knob == "num_stages" else knob
+    with pytest.raises(ValueError, match=rf"{backward_knob}={value} {allowed}"):
+        kernel.flash_attn_bwd(torch.randn_like(q), q, k, v, out, lse, **{backward_knob: value})
+
+
+def test_the_largest_stages_and_programs_per_sm_still_run():
+    q, k, v = _inputs()
+    out, _ = kernel.flash_attn_fwd(q, k, v, block_m=16, block_n=16, num_warps=1, num_stages=8, persistent=8)
+    reference, _ = kernel.attention_reference(q, k, v, False, dtype=torch.float64)
+    assert torch.allclose(out.double(), reference, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("bad", ["fast", 3, dict(block_m=64)])
 def test_a_bwd_config_of_the_wrong_kind_is_refused_at_the_call(bad):
     q, k, v = _inputs(grad=True)

@@ -276,7 +276,10 @@ EMIT.append((["--study", "article", "--gpu", "sm_90", "--storage", ""], f"argume
 DASHBOARD += [(["--storage", ""], f"argument --storage: {EMPTY}"),
               (["--storage", "  "], "argument --storage: '  ' is empty: give a value")]
 BUDGET += [(["--gpu", "sm_89", "--kernel", ""], f"argument --kernel: {EMPTY}"),
-           (["--gpu", "sm_89", "--pass", ""], f"argument --pass: {EMPTY}")]
+           (["--gpu", "sm_89", "--pass", ""], f"argument --pass: {EMPTY}"),
+           # the battery of 2026-12-04 evening: a pass the kernel lacks was blamed on --kernel
+           (["--gpu", "sm_89", "--pass", "abc"], "error: --pass: kernel 'triton' has no pass 'abc'; it has bwd, fwd, "
+                                                 "fwd+bwd")]
 
 CLIS = ([(sweep.main, args, fragment) for args, fragment in SWEEP]
         + [(emit.main, args, fragment) for args, fragment in EMIT]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import ROOT
 
 from tuner.console import BROKEN_PIPE
@@ -132,3 +133,67 @@ def test_a_ctrl_c_while_the_sweep_still_imports_ends_it_quietly(tmp_path):
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130 and "Traceback" not in err, err
     assert "interrupted (Ctrl-C) while starting" in err and not (tmp_path / "c.db").exists()
+
+
+def test_a_reader_of_stdout_and_stderr_that_stops_early_ends_the_command_with_the_pipes_exit_code():
+    """``2>&1 | head -1`` (the 2026-12-04 evening battery: the sweep exited 120): the command's stderr is the
+    closed pipe too, and its error line stays buffered there; Python's flush of it at exit failed (120)."""
+    program = _program("import sys\nfor i in range(200000):\n"
+                       "    print(i, 'a line long enough to fill the pipe quickly', file=sys.stderr)")
+    process = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=_env(PYTHONUNBUFFERED=""))
+    assert process.stdout.readline() == b"0 a line long enough to fill the pipe quickly\n"
+    process.stdout.close()                       # `2>&1 | head -1`
+    assert process.wait(60) == BROKEN_PIPE
+
+
+FULL = "/dev/full"      # every write fails with ENOSPC, as on a full disk
+needs_dev_full = pytest.mark.skipif(not os.path.exists(FULL), reason="no /dev/full on this system")
+
+
+@needs_dev_full
+@pytest.mark.parametrize("lines, unbuffered", [(3, ""), (200000, ""), (3, "1")])
+def test_an_output_on_a_full_disk_is_one_line_of_error_and_exit_1(lines, unbuffered):
+    """``>/dev/full`` (the 2026-12-04 evening battery: an OSError traceback, exit 1 or 120): a few lines fail at
+    the last flush, many inside the command, unbuffered ones at the first print."""
+    program = _program(f"for i in range({lines}):\n    print(i, 'a line of output')\nreturn 0")
+    with open(FULL, "w") as full:
+        done = subprocess.run([sys.executable, "-c", program], stdout=full, stderr=subprocess.PIPE, timeout=60,
+                              env=_env(PYTHONUNBUFFERED=unbuffered), text=True)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error: cannot write the output (stdout): No space left on device; it is "
+                                  "incomplete") and done.stderr.count("\n") == 1, done.stderr
+
+
+@needs_dev_full
+def test_a_failed_write_the_command_let_pass_still_fails_it():
+    program = _program("try:\n    print('x' * 100000)\nexcept OSError:\n    pass\nreturn 0")
+    with open(FULL, "w") as full:
+        done = subprocess.run([sys.executable, "-c", program], stdout=full, stderr=subprocess.PIPE, timeout=60,
+                              env=_env(), text=True)
+    assert done.returncode == 1 and done.stderr.startswith("error: cannot write the output (stdout)"), done.stderr
+
+
+@needs_dev_full
+@pytest.mark.parametrize("command", [["tuner.kernels"], ["tuner", "--help"],
+                                     ["tuner.budget", "--gpu", "sm_89", "--head-dim", "16", "--dtype", "fp32",
+                                      "--model-only"]])
+def test_a_real_command_on_a_full_disk_says_so_in_one_line(command):
+    with open(FULL, "w") as full:
+        done = subprocess.run([sys.executable, "-m", *command], stdout=full, stderr=subprocess.PIPE, timeout=300,
+                              env=_env(TRITON_INTERPRET="1"), cwd=ROOT, text=True)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: cannot write the output (stdout): No space left")
+
+
+def test_an_os_error_that_is_not_the_outputs_reaches_the_caller(capsys):
+    """A full disk under a file the command writes is its own to report: not blamed on stdout."""
+    from tuner.console import call
+
+    def writes_a_file():
+        print("fine")
+        raise OSError(28, "No space left on device", "results.json")
+
+    with pytest.raises(OSError, match="results.json"):
+        call(writes_a_file)
+    assert capsys.readouterr().out == "fine\n"

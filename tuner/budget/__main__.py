@@ -76,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return usage_error(parser, f"--jobs {args.jobs} must be 1 to {MAX_JOBS} (compile processes)")
     try:
         kernel = kernels.get(args.kernel, args.pass_)
-    except kernels.KernelNotFound as exc:
-        return usage_error(parser, f"--kernel: {exc}")
+    except kernels.KernelNotFound as exc:       # the flag the lookup failed on: --kernel, or --pass
+        return usage_error(parser, f"--{exc.field}: {exc}")
     try:      # a config given is judged as given; the default space holds only the knobs the target can run
         given = [kernel.config_type.parse(text) for text in args.config]
         configs = given or kernel.space().runnable_on(gpu).all_configs()

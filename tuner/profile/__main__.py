@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from tuner.profile._metrics import ProfileError
 from tuner.profile._ncu import CountersNotPermitted, NcuMissing, find_ncu
 from tuner.profile._report import markdown
 from tuner.profile._run import profile_study, verdict_lines
-from tuner.store import DEFAULT_OUT, DEFAULT_URL, Store, StoreError
+from tuner.store import DEFAULT_OUT, DEFAULT_URL, Store, StoreError, storage_problem
 from tuner.study import StudyError, load
 
 EXAMPLES = f"""examples:
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output folder for the dashboards (default {DEFAULT_OUT})")
     parser.add_argument("--ncu", help="the ncu binary (default: $FA2_TUNER_NCU, PATH, $CUDA_HOME/bin)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per kernel (default 300)")
-    parser.add_argument("--markdown", type=Path, help="also write the counters and verdicts to this Markdown file")
+    parser.add_argument("--markdown", type=nonempty, help="also write the counters and verdicts to this Markdown file")
     parser.add_argument("--no-outputs", action="store_true", help="do not rebuild the dashboards")
     return parser
 
@@ -68,7 +69,17 @@ def _unwritable_outputs(args) -> str | None:
     if problem:
         return f"--out {args.out!r} {problem}"
     problem = unwritable(args.markdown, "file") if args.markdown is not None else None
-    return f"--markdown {str(args.markdown)!r} {problem}" if problem else None
+    return f"--markdown {args.markdown!r} {problem}" if problem else None
+
+
+def _unusable_storage(url: str) -> str | None:
+    """Why --storage cannot be profiled into (not a URL, no such file, a file this command cannot write: it stores
+    the counters there), asked before anything is opened: the store is opened only once the GPU is there."""
+    try:
+        problem = storage_problem(url, create=False)
+    except StoreError as exc:
+        problem = str(exc)
+    return f"--storage: {problem}" if problem else None
 
 
 def _present_gpu(parser) -> str | int:
@@ -92,14 +103,14 @@ def main(argv=None) -> int:
         return usage_error(parser, f"--{'study' if isinstance(exc, StudyError) else 'gpu'}: {exc}")
     if args.top < 1:
         return usage_error(parser, f"--top {args.top} must be at least 1")
-    if not args.timeout > 0:
-        return usage_error(parser, f"--timeout {args.timeout} must be a positive number of seconds")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        return usage_error(parser, f"--timeout {args.timeout} must be a positive, finite number of seconds")
     shapes, problem = _shapes(args, study)
-    problem = problem or _unwritable_outputs(args)
+    problem = problem or _unwritable_outputs(args) or _unusable_storage(args.storage)
     if problem:
         return usage_error(parser, problem)
-    # No GPU is the first thing to say (ncu would not help without one), and said before the store is opened:
-    # a command refused leaves the database as it was.
+    # Every argument checked, no GPU is the first thing to say (ncu would not help without one), and said before
+    # the store is opened: a command refused leaves the database as it was.
     gpu = _present_gpu(parser)
     if isinstance(gpu, int):
         return gpu
@@ -125,8 +136,8 @@ def main(argv=None) -> int:
         return usage_error(parser, str(exc))
     print("\n".join(verdict_lines(rows)))
     if args.markdown:
-        args.markdown.write_text(f"{len(rows)} kernels of {study.name} for {target.name} on {gpu}, "
-                                 f"ncu {rows[0].ncu_version}\n\n{markdown(rows)}")
+        Path(args.markdown).write_text(f"{len(rows)} kernels of {study.name} for {target.name} on {gpu}, "
+                                       f"ncu {rows[0].ncu_version}\n\n{markdown(rows)}")
     if not args.no_outputs:
         from tuner import dashboard
 

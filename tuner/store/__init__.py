@@ -33,6 +33,7 @@ from tuner.store._store import (
     parse_url,
     retrying,
     sqlite_file,
+    storage_problem,
 )
 from tuner.store._tables import (
     CONFIG_KEY_LENGTH,
@@ -50,4 +51,4 @@ from tuner.store._tables import (
 __all__ = ["CONFIG_KEY_LENGTH", "DEFAULT_OUT", "DEFAULT_URL", "INTERRUPTED", "SQLITE_LOCK_TIMEOUT_S", "TABLES", "Base",
            "Baseline", "Finalist", "Profile", "Result", "Run", "RunHeartbeat", "Store", "StoreError", "StudyRecord",
            "commit_without_fsync", "engine_options", "in_memory", "mark_gone_runs", "mentions", "now", "parse_url",
-           "pid_alive", "retrying", "run_gone", "sqlite_file"]
+           "pid_alive", "retrying", "run_gone", "sqlite_file", "storage_problem"]

@@ -11,6 +11,7 @@ older fa2-tuner, which a writable one would be brought up to date, is refused na
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -45,8 +46,17 @@ def commit_without_fsync(engine) -> None:
 
 
 def unwritable_file(file: str) -> str | None:
-    """Why an existing SQLite ``file`` (or its folder) cannot be written, or None."""
-    return unwritable(file, "file")
+    """Why an existing SQLite ``file`` cannot be written, or None. A write changes the file and makes a journal
+    beside it (``-journal``, or ``-wal`` and ``-shm``), so its folder must be writable too. SQLite opens a file it
+    cannot write read-only without a word, and only the first write fails ("attempt to write a readonly
+    database"): a writer asks this first (:func:`tuner.store.storage_problem`)."""
+    path = Path(file).absolute()
+    if not os.access(path, os.W_OK):
+        return "cannot be written (a read-only file or mount, or another user's)"
+    folder = unwritable(f"{path}-fa2-tuner-probe", "file")      # can SQLite make its journal beside it
+    if folder:
+        return f"is in a folder SQLite cannot write its journal in ({folder.removeprefix('cannot be made: ')})"
+    return None
 
 
 def read_only_engine(file: str, timeout_s: float):

@@ -53,6 +53,17 @@ def parse_url(url: str) -> URL:
     return parsed
 
 
+def storage_problem(url: str, create: bool = True, reads_only: bool = False) -> str | None:
+    """Why :class:`Store` would refuse ``url`` before connecting, or None; opens and makes nothing (a command asks
+    before its work): a reader's SQLite file missing, a writer's it cannot write. StoreError: not a URL."""
+    parsed = parse_url(url)
+    file = parsed.database if parsed.get_backend_name() == "sqlite" and not in_memory(parsed) else None
+    if file and not create and not Path(file).is_file():
+        return f"{url}: no such database file {file!r}"
+    why = unwritable_file(file) if file and Path(file).is_file() and (create or not reads_only) else None
+    return f"{url}: {file!r} {why}; copy it to a folder you can write and give that --storage" if why else None
+
+
 def in_memory(parsed: URL) -> bool:
     """An SQLite database that lives in memory (``:memory:``, none named, or a URI with ``mode=memory`` or
     ``file::memory:``): everything in it is lost when the process ends."""
@@ -187,10 +198,10 @@ class Store:
 
     def __init__(self, url: str = DEFAULT_URL, create: bool = True, adopt: bool = False, reads_only: bool = False):
         self.url = url
+        if problem := storage_problem(url, create, reads_only):       # said before anything is opened
+            raise StoreError(problem)
         parsed = parse_url(url)
         file = parsed.database if parsed.get_backend_name() == "sqlite" and not in_memory(parsed) else None
-        if file and not create and not Path(file).is_file():
-            raise StoreError(f"{url}: no such database file {file!r}")
         self.read_only = bool(file) and reads_only and not create and unwritable_file(file) is not None
         if self.read_only:
             self._open_read_only(url, file)

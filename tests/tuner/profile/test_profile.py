@@ -289,19 +289,62 @@ def test_the_command_line_refuses_what_it_cannot_do_with_exit_2(hand_store, fake
         (base + ["--markdown", str(tmp_path)], "--markdown"),
     ]
     missing_store = ["--study", "article", "--gpu", "sm_90", "--storage", f"sqlite:///{tmp_path / 'none.db'}"]
+    cases.append((missing_store, "no such database file"))      # an argument: said before the GPU is asked for
     import torch
     if torch.cuda.is_available():
-        cases.append((missing_store, "no such database file"))
         cases.append((base + ["--ncu", str(tmp_path / "nowhere")], "ncu was not found"))
         if not Path("/usr/local/cuda/bin/ncu").exists():
             cases.append((base, "ncu was not found"))
     else:     # no GPU is said first, whether ncu is there or not
         cases += [(base + ["--ncu", str(fake_ncu)], "needs the CUDA GPU"), (base, "needs the CUDA GPU"),
-                  (base + ["--ncu", str(tmp_path / "nowhere")], "needs the CUDA GPU"),
-                  (missing_store, "needs the CUDA GPU")]
+                  (base + ["--ncu", str(tmp_path / "nowhere")], "needs the CUDA GPU")]
     for argv, words in cases:
         assert profile_main(argv) == 2, argv
         assert words in capsys.readouterr().err, (argv, words)
+
+
+def _asks_for_no_gpu(monkeypatch) -> None:
+    """The GPU asked for fails the test: every argument must have been judged first."""
+    from tuner.profile import __main__ as profile_cli
+
+    def present_gpu(parser):
+        raise AssertionError("the GPU was asked for before every argument was checked")
+
+    monkeypatch.setattr(profile_cli, "_present_gpu", present_gpu)
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--markdown", ""], "argument --markdown: '' is empty: give a value, or leave the flag out for its default"),
+    (["--timeout", "inf"], "--timeout inf must be a positive, finite number of seconds"),
+    (["--timeout", "nan"], "--timeout nan must be a positive, finite number of seconds"),
+    (["--storage", "not a url"], "--storage: 'not a url' is not a database URL"),
+    (["--storage", "sqlite:///{tmp}/none.db"], "--storage: sqlite:///{tmp}/none.db: no such database file"),
+])
+def test_bad_arguments_are_refused_before_the_gpu_is_asked_for(extra, said, tmp_path, monkeypatch, capsys):
+    """Bugs caught (the 2026-12-04 evening battery): ``--markdown ''`` said "'.' is a folder"; ``--timeout inf``
+    was taken; these and a bad --storage were answered "needs the CUDA GPU" on a machine without one."""
+    _asks_for_no_gpu(monkeypatch)
+    argv = ["--study", "article", "--gpu", "sm_90", "--no-outputs"] + [a.replace("{tmp}", str(tmp_path)) for a in extra]
+    try:
+        code = profile_main(argv)
+    except SystemExit as exit_:             # argparse's own errors
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and said.replace("{tmp}", str(tmp_path)) in err.strip().splitlines()[-1], err
+    assert "Traceback" not in err and not list(tmp_path.iterdir())
+
+
+def test_a_store_profile_cannot_write_is_refused_before_the_gpu_is_asked_for(hand_store, monkeypatch, capsys):
+    """It stores the counters there: a read-only store is refused naming --storage, as the sweep refuses it."""
+    db = hand_store()
+    file = Path(db.url.removeprefix("sqlite:///"))
+    db.engine.dispose()
+    _asks_for_no_gpu(monkeypatch)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if Path(path) == file and mode & os.W_OK
+                        else real(path, mode, *a, **k))
+    assert profile_main(["--study", "article", "--gpu", "sm_90", "--storage", db.url, "--no-outputs"]) == 2
+    assert f"error: --storage: {db.url}: {str(file)!r} cannot be written" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the refusal for want of a GPU")

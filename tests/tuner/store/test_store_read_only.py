@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from tuner import dashboard, emit
+from tuner import dashboard, emit, sweep
 from tuner.store import Store, StoreError
 
 HAND_STUDY = 'name = "hand"\n[problem]\nbatch = 1\nheads = 2\nn = 128\ncausal = [false, true]\n'
@@ -85,3 +85,60 @@ def test_a_readers_store_opens_read_only_where_it_cannot_be_written(hand_store, 
     db.engine.dispose()
     assert file.read_bytes() == before
     assert sorted(os.listdir(tmp_path / "ro")) == ["hand.db"]
+
+
+def _deny_writes(monkeypatch, denied: Path) -> None:
+    """``os.access`` says ``denied`` (a file, or a folder) cannot be written, as a read-only mount or permissions
+    say it even to root, where chmod binds nothing; SQLite itself is not told (as root it could still write)."""
+    real = os.access
+
+    def access(path, mode, *args, **kwargs):
+        if mode & os.W_OK and Path(path).absolute() == denied:
+            return False
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+@pytest.mark.parametrize("shut, why", [
+    ("file", "cannot be written (a read-only file or mount, or another user's)"),
+    ("folder", "is in a folder SQLite cannot write its journal in ({folder} is not writable (read-only, or "
+               "another user's))"),
+])
+def test_the_sweep_refuses_a_store_it_cannot_write_before_any_work(shut, why, hand_store, tiny, sweep_args, tmp_path,
+                                                                   monkeypatch, capsys):
+    """Bug caught (the 2026-12-04 evening battery): SQLite opens an existing file it cannot write read-only without
+    a word, and the sweep ended at its first write in "attempt to write a readonly database", a traceback, exit 1.
+    Now exit 2 naming --storage, before anything is written; emit still reads the store where it is."""
+    url = _hand_store_in(tmp_path / "ro", hand_store)
+    file = tmp_path / "ro" / "hand.db"
+    before = file.read_bytes()
+    _deny_writes(monkeypatch, file if shut == "file" else file.parent)
+    assert sweep.main(sweep_args(tiny, file, "--trials", "1")) == 2
+    err = capsys.readouterr().err
+    said = f"{url}: {str(file)!r} {why.format(folder=file.parent)}; copy it to a folder you can write and give that"
+    assert err.strip().splitlines()[-1] == f"python -m tuner.sweep: error: --storage: {said} --storage", err
+    assert file.read_bytes() == before and sorted(os.listdir(file.parent)) == ["hand.db"]
+    (tmp_path / "hand.toml").write_text(HAND_STUDY)
+    assert emit.main(["--study", str(tmp_path / "hand.toml"), "--gpu", "sm_90", "--storage", url,
+                      "--out", str(tmp_path / "c.py")]) == 0, capsys.readouterr().err
+    assert file.read_bytes() == before
+
+
+def test_the_sweep_refuses_a_store_on_a_read_only_mount_with_a_rollback_journal(hand_store, tiny, sweep_args,
+                                                                                tmp_path, capsys):
+    """The battery's own case, where it can be made: a store SQLite opens read-only without a word (a rollback
+    journal: no -shm to make), on a read-only folder."""
+    import sqlite3
+
+    url = _hand_store_in(tmp_path / "ro", hand_store)
+    file = tmp_path / "ro" / "hand.db"
+    with contextlib.closing(sqlite3.connect(file)) as connection:
+        connection.execute("PRAGMA journal_mode=DELETE")
+    before = file.read_bytes()
+    with read_only(tmp_path / "ro"):
+        assert sweep.main(sweep_args(tiny, file, "--trials", "1")) == 2
+        assert sorted(os.listdir(tmp_path / "ro")) == ["hand.db"]
+    err = capsys.readouterr().err
+    assert f"error: --storage: {url}: {str(file)!r} cannot be written" in err and "Traceback" not in err, err
+    assert file.read_bytes() == before
