@@ -12,6 +12,7 @@ from kernel.gluon.smem import SMEM_LIMIT, STATIC_SMEM, place
 
 HEAD_DIMS = (64, 128)
 KEYS_PER_CONSUMER = 64        # the rows of a consumer warpgroup's dK and dV
+DQ_CHUNK = 64                 # dQ columns per wgmma and per reduce at most (a [block_m, 64] fp32 accumulator)
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,8 @@ class GluonBwdConfig:
         num_stages: ring stages of Q and dO tiles, 1 to 4.
         dq_bufs: fp32 dQ staging buffers, 1 or 2 (2: a tile's reduce runs under the next tile).
         consumers: consumer warpgroups, 1 or 2 (2: a key tile of 128, half each, dS shared so
-            that dQ's reduce traffic halves; D=128 only, each consumer takes 64 of dQ's columns).
+            that dQ's reduce traffic halves; each consumer takes half of dQ's columns, :meth:`dq_chunk`;
+            D=128 only for now).
         persistent: 0 for a program per key tile, else programs per SM.
         producer_regs, consumer_regs: the register split (``setmaxnreg``) per thread of the
             producer warp's warpgroup and of the consumer warpgroup; multiples of 8 in [24, 256].
@@ -49,6 +51,11 @@ class GluonBwdConfig:
         producer warp holding a whole one."""
         return (self.producer_regs + self.consumer_regs * self.consumers) // (1 + self.consumers)
 
+    def dq_chunk(self, head_dim: int) -> int:
+        """dQ columns per wgmma and per TMA reduce: a consumer's share of them (``head_dim / consumers``),
+        in chunks of at most :data:`DQ_CHUNK`."""
+        return min(DQ_CHUNK, head_dim // self.consumers)
+
     def key(self) -> str:
         return (f"m{self.block_m}-c{self.consumers}-s{self.num_stages}-dq{self.dq_bufs}-p{self.persistent}"
                 f"-r{self.producer_regs}/{self.consumer_regs}")
@@ -71,6 +78,8 @@ class GluonBwdConfig:
         if self.consumers not in (1, 2):
             found.append(f"consumers={self.consumers!r} must be 1 or 2")
         elif self.consumers == 2 and head_dim != 128:
+            # At D=64 each consumer's dQ chunk would be 32 columns, a slice inside K's 128-byte swizzle: it
+            # cross-compiles for sm_90 (3.6, 3.8, 3.9; 148 KB, no spills) but has not run on a GPU yet.
             found.append("consumers=2 needs head dim 128 (each consumer takes 64 of dQ's columns)")
         if not found and (self.producer_regs + self.consumer_regs * self.consumers) % (1 + self.consumers):
             found.append(f"producer_regs + {self.consumers} x consumer_regs must divide by {1 + self.consumers} "

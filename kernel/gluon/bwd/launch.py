@@ -34,7 +34,6 @@ from kernel.triton.bwd_launch import _plan_key
 from kernel.triton.launch import PLANS, cached_plan
 
 LOG2E = 1.4426950408889634
-DQ_CHUNK = 64                 # dQ columns per wgmma and per reduce (a [block_m, 64] fp32 accumulator)
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
 
@@ -108,7 +107,7 @@ def launch_arguments(q, k, v, dout, dq_acc, dk, dv, lse, delta, config: GluonBwd
     batch, heads, n_q, head_dim = q.shape
     block_m, block_n = config.block_m, config.block_n
     descriptors = (_descriptor("q", q, block_m), _descriptor("k", k, block_n), _descriptor("v", v, block_n),
-                   _descriptor("dout", dout, block_m), _descriptor("dq", dq_acc, block_m, DQ_CHUNK),
+                   _descriptor("dout", dout, block_m), _descriptor("dq", dq_acc, block_m, config.dq_chunk(head_dim)),
                    _descriptor("dk", dk, KEYS_PER_CONSUMER), _descriptor("dv", dv, KEYS_PER_CONSUMER))
     sm_scale = 1.0 / math.sqrt(head_dim)
     args = (*descriptors, lse, delta, heads, batch * heads, n_q, k.shape[2], sm_scale * LOG2E, sm_scale)
