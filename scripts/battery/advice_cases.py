@@ -25,7 +25,9 @@ def expensive(command: str) -> str | None:
     """Why a printed command is not run here, or None."""
     if "pip install" in command:
         return "installs from PyPI and starts a web server (optuna-dashboard)"
-    if "--verify" in command or "tuner.profile" in command or " profile " in command or "--profile" in command:
+    if "--verify" in command:
+        return "--verify times the list on a CUDA GPU"
+    if "tuner.profile" in command or " profile " in command or "--profile" in command:
         return "needs a CUDA GPU and Nsight Compute"
     if "--gpu auto" in command:
         return "--gpu auto needs a CUDA GPU"
@@ -34,7 +36,10 @@ def expensive(command: str) -> str | None:
     if "--workers" in command:
         return "several GPU workers need several GPUs"
     sweep = "tuner.sweep" in command or command.startswith("fa2-tuner sweep") or command.startswith("fa2-tuner --")
-    if sweep and not re.search(r"--study \S*(tiny|small|bf16)\.toml", command):
+    own = re.search(r"--study (\S+\.toml)", command)
+    if sweep and own and not re.search(r"(tiny|small|bf16)\.toml", own.group(1)):
+        return f"names a study file of its own ({own.group(1)}) that this folder does not have"
+    if sweep and not own:
         return "a shipped study's sweep: its budget stage compiles hundreds of configs on 2 cores (minutes each)"
     budget = "tuner.budget" in command or command.startswith("fa2-tuner budget")
     if budget and "--config" not in command and "--model-only" not in command:

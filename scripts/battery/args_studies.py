@@ -18,6 +18,9 @@ def _swap(old: str, new: str) -> str:
 
 
 def _case(label: str, text: str, field: str | None, expect=(2,), note: str = "") -> Case:
+    changed = [line for line in text.splitlines() if line not in TINY.splitlines()]
+    what = "bad.toml: the tiny study with " + ("; ".join(changed)[:160] if changed else "a table left out")
+    note = f"{what}. {note}" if note else what
     regex = rf"error: .*bad\.toml.*{re.escape(field)}|error: .*{re.escape(field)}.*bad\.toml" if field else None
     return Case("args", f"study-file-{label}", "python -m tuner.sweep --gpu sm_89 --study bad.toml --trials 2",
                 expect, stderr_re=regex, setup=(fx.study("bad.toml", text),), timeout=240, note=note)
@@ -27,13 +30,10 @@ def _problem() -> list[Case]:
     swaps = {
         "n-zero": ("n = 128", "n = 0", "n"),
         "n-huge": ("n = 128", f"n = {HUGE}", "n"),
-        "n-empty-list": ("n = 128", "n = []", "n"),
         "head-dim-48": ("head_dim = 64", "head_dim = 48", "head_dim"),
         "dtype-int8": ('dtype = "fp16"', 'dtype = "int8"', "dtype"),
-        "dtype-upper": ('dtype = "fp16"', 'dtype = "FP16"', "dtype"),
         "causal-string": ("causal = false", 'causal = "yes"', "causal"),
         "batch-zero": ("batch = 1", "batch = 0", "batch"),
-        "n-and-n-q": ("n = 128", "n = 128\nn_q = 64", "n_q"),
         "unknown-problem-key": ("causal = false", "causal = false\nlength = 5", "length"),
     }
     cases = [_case(label, _swap(old, new), field) for label, (old, new, field) in swaps.items()]
@@ -55,7 +55,6 @@ def _top() -> list[Case]:
         "kernel-no-KERNEL": ('name = "tiny"', 'name = "tiny"\nkernel = "json"', "kernel"),
         "pass-unknown": ('name = "tiny"', 'name = "tiny"\npass = "sideways"', "pass"),
         "metric-unknown": ("causal = false", 'causal = false\n\n[objective]\nmetric = "speed"', "metric"),
-        "warmup-negative": ("causal = false", "causal = false\n\n[timing]\nwarmup_ms = -1", "warmup_ms"),
     }
     return [_case(label, _swap(old, new), field) for label, (old, new, field) in swaps.items()]
 
@@ -67,7 +66,6 @@ def _space() -> list[Case]:
         "block-m-empty": ("block_m = [64]", "block_m = []", "block_m"),
         "block-m-float": ("block_m = [64]", "block_m = [64.0]", "block_m"),
         "block-m-string": ("block_m = [64]", 'block_m = ["64"]', "block_m"),
-        "block-m-huge": ("block_m = [64]", f"block_m = [{HUGE}]", "block_m"),
         "block-m-scalar": ("block_m = [64]", "block_m = 64", "block_m"),
         "warps-float": ("num_warps = [4]", "num_warps = [4.0]", "num_warps"),
         "unknown-axis": ("num_stages = [2]", "num_stages = [2]\nfoo = [1]", "foo"),

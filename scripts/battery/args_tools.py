@@ -36,8 +36,8 @@ def _budget() -> list[Case]:
     cases = []
     values = {
         "--gpu": {"empty": "", "foo": "foo", "auto": "auto"},
-        "--head-dim": {"empty": "", "zero": "0", "48": "48", "huge": HUGE, "word": "abc"},
-        "--dtype": {"empty": "", "int8": "int8", "upper": "FP16"},
+        "--head-dim": {"zero": "0", "48": "48", "huge": HUGE, "word": "abc"},
+        "--dtype": {"empty": "", "int8": "int8"},
         "--kernel": {"empty": "", "unknown": "nope", "dot": ".foo", "no-KERNEL": "json"},
         "--pass": {"unknown": "abc"},
         "--jobs": {"zero": "0", "huge": HUGE, "word": "abc"},
@@ -85,7 +85,7 @@ def _emit() -> list[Case]:
     base = "python -m tuner.emit --study tiny.toml --gpu sm_89"
     flags = {
         "--storage": {label: value for label, value in BAD_STORES.items() if label != "word"},
-        "--top": {"empty": "", "negative": "-1", "word": "abc"},
+        "--top": {"negative": "-1", "word": "abc"},
         "--out": {"empty": "", "folder": "adir", "under-file": "afile/x.py", "readonly": "ro/x.py",
                   "the-store": "fa2-out/tuning.db"},
         "--verify": {"empty": "", "no-gpu": "v.md"},

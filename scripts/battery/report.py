@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -56,8 +57,19 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _cell(text: str) -> str:
-    return (text or "").replace("|", "\\|").replace("\n", " ")[:240]
+def _cell(text: str, limit: int = 240) -> str:
+    text = re.sub(r"(.)\1{19,}", lambda m: f"{m.group(1) * 3}…({len(m.group(0))} × {m.group(1)})", text or "")
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def shown(record: dict) -> str:
+    """The command as a reader would type it: the case's environment in front, the probe by its path."""
+    env = " ".join(f"{k}={v}" if v is not None else f"-u {k}" for k, v in record.get("env", {}).items())
+    command = record["command"].replace("@REPO@/", "")
+    prefix = (f"env {env} " if "-u " in env else f"{env} ") if env else ""
+    where = f" (read-only: {', '.join(record['readonly'])})" if record.get("readonly") else ""
+    return f"{prefix}{command}{where}"
 
 
 def bad_cases(records: list[dict]) -> str:
@@ -73,13 +85,13 @@ def bad_cases(records: list[dict]) -> str:
                   "|---|---|---|---|---|---|"]
         for r in mine:
             step = next((s for s in r.get("advice", []) if s.get("verdict", "ok") != "ok"), None)
-            command = r["command"] if step is None else f"{r['command']} → advice: {step['command']}"
+            command = shown(r) if step is None else f"{shown(r)} → advice: {step['command']}"
             source = step or r
             first = source.get("stderr_first", "")
             if source.get("stderr_key") and source["stderr_key"] != first:
                 first = f"{first} … {source['stderr_key']}"
-            lines.append(f"| `{r['name']}` | {r['verdict']} | `{_cell(command)}` | {source.get('rc')} | "
-                         f"{_cell(first)} | {_cell(source.get('why', r.get('why', '')))} |")
+            lines.append(f"| `{r['name']}` | {r['verdict']} | `{_cell(command, 400)}` | {source.get('rc')} | "
+                         f"{_cell(first)} | {_cell(source.get('why', r.get('why', '')))} {_cell(r.get('note', ''))} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 

@@ -177,7 +177,7 @@ def needs_root(case: Case) -> str | None:
 
 def run_case(case: Case, root: Path, fixtures: Path, keep: bool = False) -> dict:
     record = {"family": case.family, "name": case.name, "command": case.command, "expect": list(case.expect),
-              "note": case.note}
+              "note": case.note, "env": dict(case.env), "readonly": list(case.readonly)}
     skip = case.skip or needs_root(case)
     if skip:
         return {**record, "verdict": "skipped", "why": skip}
