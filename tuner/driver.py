@@ -26,7 +26,7 @@ from tuner.contenders import Contenders
 from tuner.formatting import headline
 from tuner.gpus import GpuSpec
 from tuner.outcome import TrialOutcome, WorkerFailed
-from tuner.pipeline import BinaryClaims, DeviceQueue, stream
+from tuner.pipeline import Abandoned, BinaryClaims, DeviceQueue, stream
 from tuner.pre_gpu_stages import Rejection, budget_stage, compile_plan, compile_stage, edge_plan, pool_sizes
 from tuner.records import RunContext
 from tuner.report import Clock, Progress
@@ -82,11 +82,9 @@ class Slot:
 
 
 class Sweep:
-    """One run of a study on one target (and the GPU present, if any), over one or more
-    devices: each trial goes to the next free worker; this process alone writes the
-    database (so SQLite sees one writer), and other sweeps on the same study, on other
-    hosts, are coordinated through it (see :meth:`_stored_elsewhere`).
-    """
+    """One run of a study on one target (and the GPU present, if any), over one or more devices: each trial goes to
+    the next free worker; this process alone writes the database (so SQLite sees one writer), and other sweeps on
+    the same study, on other hosts, are coordinated through it (see :meth:`_stored_elsewhere`)."""
 
     def __init__(self, ctx: RunContext, store: Store, present: GpuSpec | None, options: SweepOptions):
         self.ctx, self.store, self.present, self.options = ctx, store, present, options
@@ -109,8 +107,8 @@ class Sweep:
     # --------------------------------------------------------------- the search
 
     def run(self) -> Counter:
-        """Stages 1 to 4 over Optuna trials until the grid, --trials or --timeout runs out;
-        then the finalists. Raises :class:`WorkerFailed` if SDPA cannot be measured."""
+        """Stages 1 to 4 over Optuna trials until the grid, --trials or --timeout runs out; then the finalists.
+        Raises :class:`WorkerFailed` if SDPA cannot be measured."""
         ctx, options = self.ctx, self.options
         self.search = search.SearchSession(self.store.url, search_study_name(ctx, self.present, options.device),
                                            options.sampler, ctx.study.space, options.seed,
@@ -161,7 +159,7 @@ class Sweep:
         """Trials asked one at a time, at most two batches of them in flight (:func:`tuner.pipeline.stream`);
         each waits for its own compiles, then takes a free device for its check and timing only."""
         self.free: DeviceQueue[Slot] = DeviceQueue()
-        window = 2 * self.batch
+        window, self.failed = 2 * self.batch, threading.Event()
         # A thread for each trial in flight and each device's start: a trial's thread waits for its compiles,
         # a device and its edge compiles, then stores and tells, while other trials hold the devices.
         threads = ThreadPoolExecutor(window + len(self.slots), thread_name_prefix="fa2-tuner-trial")
@@ -171,7 +169,8 @@ class Sweep:
             else:
                 threads.submit(self._prepare, slot)
         try:
-            stream(lambda: self._ask(deadline), self._process, window, threads, in_order=self.options.sampler == "tpe")
+            stream(lambda: self._ask(deadline), self._process, window, threads, self.options.sampler == "tpe",
+                   self.failed)
         finally:
             threads.shutdown(wait=True, cancel_futures=True)   # Ctrl-C: the trials in flight finish
             self.free.close()
@@ -268,9 +267,8 @@ class Sweep:
             self.free.put(slot)
 
     def _stored_elsewhere(self, asked: Asked) -> list[Result] | None:
-        """The config's rows if another sweep of this study stored them, or is timing the
-        config under a lower-numbered trial (then wait for its rows; if that trial ends
-        without any, this one times the config itself)."""
+        """The config's rows if another sweep of this study stored them, or is timing the config under a lower-numbered
+        trial (then wait for its rows; if that trial ends without any, this one times the config itself)."""
         where = (self.ctx.study.name, self.ctx.target.name, self.ctx.gpu_label, asked.config.key)
 
         def stored() -> list[Result]:       # but not the failed rows of a config this sweep retries
@@ -280,6 +278,8 @@ class Sweep:
         leader = None if rows else self.search.leader(asked.number, asked.config)
         give_up = time.monotonic() + 3 * self.options.trial_timeout_s
         while leader is not None and not rows and time.monotonic() < give_up:
+            if self.failed.is_set():        # the leader may be the trial that raised, never to be finished
+                raise Abandoned(f"trial {asked.number} stopped waiting for trial {leader}'s rows: the sweep ends")
             if not self.search.alive(leader):
                 return stored() or None
             time.sleep(0.5)

@@ -19,9 +19,13 @@ from typing import Generic, TypeVar
 
 from tuner.status import Status
 
-__all__ = ["BinaryClaims", "DeviceQueue", "stream"]
+__all__ = ["Abandoned", "BinaryClaims", "DeviceQueue", "stream"]
 
 T = TypeVar("T")
+
+
+class Abandoned(RuntimeError):
+    """A trial given up as it waited on another (its rows, its device): a trial has failed and the stream ends."""
 
 
 class DeviceQueue(Generic[T]):
@@ -54,7 +58,7 @@ class DeviceQueue(Generic[T]):
 
 
 def stream(ask: Callable[[], T | None], process: Callable[[T], None], window: int,
-           threads: ThreadPoolExecutor, in_order: bool = False) -> None:
+           threads: ThreadPoolExecutor, in_order: bool = False, failed: threading.Event | None = None) -> None:
     """Ask trials and process each on ``threads``, with at most ``window`` asked and unfinished.
 
     ``in_order``: a trial's place is given back once every trial asked before it is done too (no
@@ -65,7 +69,8 @@ def stream(ask: Callable[[], T | None], process: Callable[[T], None], window: in
     ``ask`` returns None when the search has nothing to give now; the trials in flight are
     then finished and ``ask`` is called once more (another sweep's trial may have died and come
     back); a second None ends the stream. A trial's exception is raised here, after the trials
-    in flight have finished (the caller's ``threads.shutdown``)."""
+    in flight have finished (the caller's ``threads.shutdown``); ``failed`` is set as it fails, so that a trial
+    waiting on another (which may be the one that failed, left unfinished) gives up at once (:class:`Abandoned`)."""
     room = threading.BoundedSemaphore(window)
     in_flight: set[Future] = set()
     order: list[Future] = []        # in_order: the unreleased trials, oldest first
@@ -77,6 +82,8 @@ def stream(ask: Callable[[], T | None], process: Callable[[T], None], window: in
             in_flight.discard(future)
             if not future.cancelled() and future.exception() is not None:
                 failures.append(future.exception())
+                if failed is not None:
+                    failed.set()
             released = 1
             if in_order:
                 released = 0

@@ -213,3 +213,34 @@ def test_a_config_asked_twice_at_once_is_timed_once(crowd, tmp_path):
     assert sorted(t.user_attrs["reused"] for t in trials) == [False, True, True]
     timed_by = {n for (n,) in _query(url, "select optuna_trial from fa2_results where config = '32x32_w1_s1'")}
     assert timed_by <= {0, 1} and len(timed_by) == 1
+
+
+def test_a_trial_that_raises_does_not_leave_its_twin_waiting(crowd, tmp_path, monkeypatch):
+    """The first of two trials of one config dies before Optuna hears of it (a BrokenPipeError printing, say): its
+    Optuna trial stays RUNNING, so the second, waiting for its rows, used to wait 3 x --trial-timeout (here 3 x 60 s)
+    before the sweep could end; now the failure ends the wait at once and is what the sweep raises."""
+    import optuna
+
+    from tuner import sweep
+    from tuner.runner import GpuWorker
+
+    url = f"sqlite:///{tmp_path / 'dies.db'}"
+    study = optuna.create_study(study_name="crowd@sm_89-interpreter", storage=url, direction="maximize")
+    twin = {"block_m": 32, "block_n": 32, "num_warps": 1, "num_stages": 1, "tma": False, "warp_specialize": False,
+            "maxnreg": 0, "persistent": 0}
+    study.enqueue_trial(twin)
+    study.enqueue_trial(twin)
+    trial = GpuWorker.trial
+
+    def dies_on_the_twin(self, config, **kw):
+        if config.key == "32x32_w1_s1":
+            time.sleep(2)          # the other trial of it has compiled by now and waits for this one's rows
+            raise BrokenPipeError("the reader went away")
+        return trial(self, config, **kw)
+
+    monkeypatch.setattr(GpuWorker, "trial", dies_on_the_twin)
+    started = time.monotonic()
+    with pytest.raises(BrokenPipeError, match="the reader went away"):
+        sweep.main(["--gpu", "sm_89", "--study", str(crowd), "--storage", url, "--no-outputs", "--device", "cpu",
+                    "--sampler", "grid", "--finalists", "0", "--workers", "2", "--trial-timeout", "60"])
+    assert time.monotonic() - started < 60

@@ -72,6 +72,20 @@ def test_a_failing_trial_is_raised_after_the_trials_in_flight_finish():
     assert 0 in finished and 1 in finished and len(finished) < 97
 
 
+def test_a_failing_trial_sets_the_event_the_waiting_trials_watch():
+    failed, seen_by_the_waiter = threading.Event(), []
+
+    def process(item):
+        if item == 0:
+            time.sleep(0.2)        # item 1 is asked and waiting by now
+            raise RuntimeError("dies before it is told")
+        seen_by_the_waiter.append(failed.wait(5))      # a twin waiting for item 0's rows
+
+    with ThreadPoolExecutor(4) as threads, pytest.raises(RuntimeError, match="dies before"):
+        stream(_asker(range(2)), process, 2, threads, failed=failed)
+    assert seen_by_the_waiter == [True]
+
+
 def test_the_search_is_asked_again_once_the_trials_in_flight_are_done():
     """A None from the search while trials are in flight: another sweep's trial may come back
     (re-queued) once they are done, so the search is asked again; a second None ends it."""
