@@ -48,12 +48,14 @@ def check_paths(args) -> str | None:
         return f"--out {args.out!r} {problem}"
     if args.trace is not None and not args.trace.strip():
         return f"--trace {args.trace!r} is empty; give a file name"
+    problem = unwritable(args.trace, "file") if args.trace is not None else None     # first: a name too long
+    if problem:
+        return f"--trace {args.trace!r} {problem}"
     if args.trace is not None and Path(args.trace).exists():
         return f"--trace {args.trace!r} exists; give a new file (nothing is overwritten)"
     if args.trace is not None and not Path(args.trace).absolute().parent.is_dir():
         return f"--trace {args.trace!r}: its folder does not exist"
-    problem = unwritable(args.trace, "file") if args.trace is not None else None
-    return f"--trace {args.trace!r} {problem}" if problem else None
+    return None
 
 
 def storage_url(args) -> tuple[str | None, str | None]:

@@ -176,6 +176,9 @@ SWEEP = [
     (["--gpu", "sm_89", "--seed", "18446744073709551617"], "--seed 18446744073709551617 must be"),
     (["--gpu", "sm_89", "--trace", ""], "--trace '' is empty"),
     (["--gpu", "sm_89", "--trace", "/proc/t.json"], "--trace '/proc/t.json' cannot be made: /proc is not writable"),
+    # the battery of 2026-12-05: a name over the filesystem's 255 bytes was an OSError traceback
+    (["--gpu", "sm_89", "--out", _t("x" * 300)], "cannot be made: a name of 300 bytes, over the 255"),
+    (["--gpu", "sm_89", "--trace", _t("t" * 251 + ".json")], "cannot be made: a name of 256 bytes, over the 255"),
 ]
 if not torch.cuda.is_available():
     SWEEP.append((["--gpu", "auto"], "--gpu auto needs a CUDA device"))
@@ -201,6 +204,7 @@ EMIT = [
     (["--study", "article", "--gpu", "sm_90", "--out", _t("a-file/c.py")], "{tmp}/a-file is a file, not a folder"),
     (["--study", "article", "--gpu", "sm_90", "--out", "/proc/c.py"], "cannot be made: /proc is not writable"),
     (["--study", "article", "--gpu", "sm_90", "--out", ""], "--out '' is empty"),
+    (["--study", "article", "--gpu", "sm_90", "--out", _t("c" * 300 + "/c.py")], "a name of 300 bytes, over the 255"),
     # the battery of 2026-12-04 evening: the list written over the store it was read from
     (["--study", "article", "--gpu", "sm_90", "--storage", "sqlite:///{tmp}/results.db", "--out", _t("results.db")],
      "is the database --storage"),
