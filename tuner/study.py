@@ -61,6 +61,7 @@ else:  # pragma: no cover
 
 PASSES = ("fwd", "bwd", "fwd+bwd")
 METRICS = ("speedup_vs_flash", "speedup_vs_cudnn", "tflops")
+MAX_BATCH_HEADS = 65535        # CUDA's limit on a grid's second axis, where the Triton forward puts batch x heads
 PROBLEM_FIELDS = ("batch", "heads", "n", "n_q", "n_k", "head_dim", "dtype", "causal")
 TOP_FIELDS = ("name", "description", "kernel", "pass", "problem", "space", "objective", "timing")
 
@@ -286,6 +287,10 @@ def _shapes(table, where: str, label: str) -> list[Problem]:
         for value in fields[key]:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise StudyError(f"{where}: {label} {key} = {value!r} must be a positive integer")
+    for b, h in itertools.product(fields["batch"], fields["heads"]):
+        if b * h > MAX_BATCH_HEADS:
+            raise StudyError(f"{where}: {label} batch x heads = {b} x {h} is over {MAX_BATCH_HEADS}, the most a "
+                             f"kernel's grid takes on the axis it puts them on; give a smaller batch or fewer heads")
     for value in fields["head_dim"]:
         if value not in HEAD_DIMS:
             raise StudyError(f"{where}: {label} head_dim = {value} is not supported; use one of {HEAD_DIMS}")

@@ -68,6 +68,8 @@ def test_a_plain_study_keeps_its_fingerprint_from_before_the_knobs():
     ("[problem]\nbatchsize = 4", ["unknown field 'batchsize'", "batch, heads"]),
     ("[problem]\nn = 64\nn_q = 64", ["either n, or n_q and n_k"]),
     ("[problem]\ncausal = 'yes'", ["causal = 'yes'", "true or false"]),
+    ("[problem]\nbatch = 100000000000000000000", ["batch x heads = 100000000000000000000 x 8 is over 65535"]),
+    ("[problem]\nbatch = 256\nheads = [8, 256]", ["batch x heads = 256 x 256 is over 65535"]),
     ("[problem]\n[space]\nblock_m = [48]", ["[space] block_m value 48", "[16, 32, 64, 128, 256]"]),
     ("[problem]\n[space]\nrestrictions = [\"__import__('os')\"]", ["restriction", "Call"]),
     ("[problem]\n[space]\nrestrictions = ['block_k > 1']", ["names 'block_k'", "block_m"]),
