@@ -219,6 +219,7 @@ if not torch.cuda.is_available():
 
 DASHBOARD = [
     (["--storage", "sqlite:///{tmp}/empty.db", "--out", _t("a-file")], "is a file"),
+    (["--storage", "sqlite:///{tmp}/results.db", "--out", _t("p" * 300)], "a name of 300 bytes, over the 255"),
     (["--storage", "sqlite:///{tmp}/results.db", "--out", ""], "--out '' is empty; give a folder"),
     (["--storage", "sqlite:///{tmp}/results.db", "--out", "  "], "--out '  ' is empty; give a folder"),
     (["--storage", "sqlite:///{tmp}/typo.db", "--out", _t("pages")], "no such database file"),
@@ -230,10 +231,10 @@ DASHBOARD = [
     (["--storage", "sqlite:///{tmp}/empty.db", "--plotlyjs", "inline"], "invalid choice: 'inline'"),
     (["--storage", "sqlite:///{tmp}/mid-corrupt.db", "--out", _t("pages")], "cannot open"),
     (["--storage", "sqlite:///{tmp}/tail-corrupt.db", "--out", _t("pages")], "the database is corrupt"),
-    (["--storage", "sqlite:///{tmp}/results.db", "--out", _t("a-file/pages")], "--out '{tmp}/a-file/pages': cannot "
-     "write there"),
-    (["--storage", "sqlite:///{tmp}/results.db", "--out", "/proc/fa2-tuner-pages"], "--out '/proc/fa2-tuner-pages': "
-     "cannot write there"),
+    (["--storage", "sqlite:///{tmp}/results.db", "--out", _t("a-file/pages")], "--out '{tmp}/a-file/pages' cannot "
+     "be made: {tmp}/a-file is a file, not a folder"),
+    (["--storage", "sqlite:///{tmp}/results.db", "--out", "/proc/fa2-tuner-pages"], "--out '/proc/fa2-tuner-pages' "
+     "cannot be made: /proc is not writable"),
 ]
 
 BUDGET = [

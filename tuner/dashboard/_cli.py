@@ -11,6 +11,7 @@ from pathlib import Path
 from tuner.dashboard._build import build_all
 from tuner.dashboard._pages import DEFAULT_DIR
 from tuner.formatting import nonempty, usage_error
+from tuner.paths import unwritable
 from tuner.store import DEFAULT_URL, Store, StoreError
 
 
@@ -30,9 +31,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.out.strip():        # Path("") is the working folder: the pages would land among its files
         return usage_error(parser, f"--out {args.out!r} is empty; give a folder, e.g. {DEFAULT_DIR}")
+    problem = unwritable(args.out, "folder")        # a file, a read-only folder, a name too long
+    if problem:
+        return usage_error(parser, f"--out {args.out!r} {problem}")
     args.out = Path(args.out)
-    if args.out.exists() and not args.out.is_dir():
-        return usage_error(parser, f"--out {str(args.out)!r} is a file; give a folder (it is created if missing)")
     try:
         db = Store(args.storage, create=False, reads_only=True)      # a read-only mount will do
         present = sorted({r.study for r in db.results()})
