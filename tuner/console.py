@@ -15,6 +15,7 @@ and it ends with 143, as a shell reports a program SIGTERM ended. Plain Python, 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -59,18 +60,45 @@ class _WatchedStdout(io.FileIO):
             raise
 
 
+class _QuietStderr(io.FileIO):
+    """The process's stderr where a write fails other than by a reader gone (``2>/dev/full``, a full disk): what it
+    says is lost, not the command; fd 2 then points at /dev/null, for the processes started after too."""
+
+    def write(self, data) -> int | None:
+        try:
+            return super().write(data)
+        except BrokenPipeError:
+            raise
+        except OSError:
+            _to_devnull(self.fileno())
+            return len(data)
+
+
 def _watch_stdout() -> None:
     """``sys.stdout``, where it is the process's own (not a test's capture), rewrapped around :class:`_WatchedStdout`
     with the same encoding, buffering and flushing."""
     stream = sys.stdout
     if stream is not sys.__stdout__ or not isinstance(stream, io.TextIOWrapper) or stream.closed:
         return
-    stream.flush()
-    raw = _WatchedStdout(stream.fileno(), "w", closefd=False)
+    sys.stdout = _rewrapped(stream, _WatchedStdout)
+
+
+def _quiet_stderr() -> None:
+    """``sys.stderr``, where it is the process's own, rewrapped around :class:`_QuietStderr`."""
+    stream = sys.stderr
+    if stream is sys.__stderr__ and isinstance(stream, io.TextIOWrapper) and not stream.closed:
+        sys.stderr = _rewrapped(stream, _QuietStderr)
+
+
+def _rewrapped(stream: io.TextIOWrapper, raw_type: type[io.FileIO]) -> io.TextIOWrapper:
+    """``stream``'s descriptor behind ``raw_type``, with the same encoding, buffering and flushing."""
+    with contextlib.suppress(OSError):      # what it held is lost; the new wrapper takes what comes after
+        stream.flush()
+    raw = raw_type(stream.fileno(), "w", closefd=False)
     unbuffered = isinstance(stream.buffer, io.RawIOBase)        # python -u, PYTHONUNBUFFERED
-    sys.stdout = io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw), encoding=stream.encoding,
-                                  errors=stream.errors, line_buffering=stream.line_buffering,
-                                  write_through=stream.write_through)
+    return io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw), encoding=stream.encoding,
+                            errors=stream.errors, line_buffering=stream.line_buffering,
+                            write_through=stream.write_through)
 
 
 def _to_devnull(fd: int) -> None:
@@ -98,6 +126,7 @@ def settle_streams() -> None:
         if hasattr(stream, "reconfigure") and (stream.encoding or "").lower().replace("-", "") != "utf8":
             stream.reconfigure(errors="replace")
     _watch_stdout()
+    _quiet_stderr()
 
 
 def call(main: Callable[..., int | None], *args) -> int:

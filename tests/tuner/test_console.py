@@ -166,6 +166,26 @@ def test_an_output_on_a_full_disk_is_one_line_of_error_and_exit_1(lines, unbuffe
 
 
 @needs_dev_full
+@pytest.mark.parametrize("code", [0, 2])
+def test_a_stderr_on_a_full_disk_loses_what_it_says_not_the_command(code):
+    """``2>/dev/full`` (the 2026-12-05 battery: a sweep and a refusal both ended 1, the first line to stderr raising):
+    the command ends as it would, stdout whole; a process it starts after stderr failed writes to /dev/null."""
+    program = _program(f"""
+        import subprocess, sys
+        print('progress', file=sys.stderr)
+        print('x' * 10000, file=sys.stderr)
+        child = subprocess.run([sys.executable, '-c', 'import os; os.write(2, b"child\\\\n"); print("child ran")'],
+                               stdout=subprocess.PIPE)
+        print(child.stdout.decode().strip(), child.returncode)
+        return {code}
+    """)
+    with open(FULL, "w") as full:
+        done = subprocess.run([sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=full, timeout=60,
+                              env=_env(), text=True)
+    assert done.returncode == code and done.stdout == "child ran 0\n", done
+
+
+@needs_dev_full
 def test_a_failed_write_the_command_let_pass_still_fails_it():
     program = _program("try:\n    print('x' * 100000)\nexcept OSError:\n    pass\nreturn 0")
     with open(FULL, "w") as full:
