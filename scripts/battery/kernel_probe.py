@@ -174,13 +174,14 @@ def check_backward(spec, ours, q, k, v, dout) -> str:
 
     causal = bool(spec.get("causal"))
     leaves64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    ref = gradients(attend(*leaves64, causal)[0], leaves64, dout.double())
+    ref_out, ref_lse = attend(*leaves64, causal)
+    ref = gradients(ref_out, leaves64, dout.double())
     if spec["nonfinite"]:
         return next((m for m in (mask_check(n, g, r, q.dtype, spread=True) for n, g, r in
                                  zip(["dq", "dk", "dv"], ours, ref)) if m), "")
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     pytorchs = gradients(torch_attention(*leaves, causal), leaves, dout.to(q.dtype))
-    verdict = grad_accuracy(ours, ref, pytorchs, q.dtype)
+    verdict = grad_accuracy(ours, ref, pytorchs, q.dtype, lse=ref_lse.detach())
     return "" if verdict.ok else verdict.reason
 
 

@@ -316,3 +316,24 @@ def test_the_gradient_rule_catches_an_off_by_one_in_the_dq_pass_last_tile(tmp_pa
     assert done.returncode == 0, done.stderr[-2000:]
     verdicts = json.loads(done.stdout.strip().splitlines()[-1])
     assert verdicts == ({"study": True, "one-key": False} if planted else {"study": True, "one-key": True})
+
+
+def test_large_scores_are_judged_with_the_lse_s_own_rounding_and_a_one_key_bug_still_fails(device):
+    """Scores of ~200 (inputs x8, as the 2026-12-05 battery): an fp32 lse alone costs the recomputed probabilities
+    ~1e-5, over the fp32 floor; the rule with the reference lse takes that, and no more: dropping one key's dV
+    contribution is still far outside it. On ordinary inputs the lse term is under the floor (no change there)."""
+    from kernel.reference import attention_reference, lse_rounding
+
+    gen = torch.Generator().manual_seed(7)
+    q, k, v, dout = (8 * torch.randn(1, 2, 33, 32, generator=gen) for _ in range(4))
+    out, lse = kernel.flash_attn_fwd(q, k, v, True)
+    ours = kernel.flash_attn_bwd(dout, q, k, v, out, lse, True)
+    _, ref_lse = attention_reference(q.double(), k.double(), v.double(), True)
+    expected, pytorchs = reference_grads(q, k, v, dout, True), torch_grads(q, k, v, dout, True)
+    assert lse_rounding(ref_lse) > GRAD_FLOOR[torch.float32]
+    assert grad_accuracy(ours, expected, pytorchs, q.dtype, lse=ref_lse).ok
+    broken = (ours[0], ours[1], ours[2].clone())
+    broken[2][:, :, 0] = 0           # the first key's dV lost (every row sees it)
+    assert not grad_accuracy(broken, expected, pytorchs, q.dtype, lse=ref_lse).ok
+    ordinary = torch.randn(1, 2, 64, 32, generator=gen)
+    assert lse_rounding(attention_reference(*(ordinary.double(),) * 3, False)[1]) < GRAD_FLOOR[torch.float32]
