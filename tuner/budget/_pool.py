@@ -7,6 +7,7 @@ the next one compiled instead of waiting behind a whole batch that was submitted
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -130,10 +131,27 @@ class CompilePool:
         if self._feeder is not None:
             self._feeder.join(5)
         if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            try:
+                self._executor.shutdown(wait=True, cancel_futures=True)
+            except KeyboardInterrupt:       # Ctrl-C again: the compiles in flight are dropped
+                self._kill()
+                raise
             self._executor = None
         with self._changed:               # closed, it may be used again: a new feeder and processes
             self._feeder, self._closing = None, False
+
+    def _kill(self) -> None:
+        """End every process now, SIGKILL: one still starting holds SIGTERM blocked (:func:`tuner.spawn.sigint_blocked`)
+        and, once this process is gone, fails to read its start-up state with a traceback on the shared stderr
+        (the battery of 2026-12-05: Ctrl-C twice as the pool started)."""
+        processes = list((getattr(self._executor, "_processes", None) or {}).values())
+        for process in processes:
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
+        for process in processes:
+            with contextlib.suppress(OSError, ValueError, AssertionError):
+                process.join(5)
+        self._executor = None
 
     def __enter__(self) -> CompilePool:
         return self

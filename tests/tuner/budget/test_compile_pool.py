@@ -136,3 +136,20 @@ def test_a_ctrl_c_while_a_compile_worker_starts_leaves_it_running():
         assert pids <= {p.pid for p in processes} and all(p.is_alive() for p in processes)
     finally:
         pool.close()
+
+
+def test_a_ctrl_c_while_the_pool_closes_ends_its_processes_at_once(monkeypatch):
+    """Ctrl-C twice as the pool starts (the 2026-12-05 battery): the second one interrupts the close's wait; the
+    processes, some still starting, are killed before the KeyboardInterrupt goes on, rather than left to fail
+    reading their start-up state from a parent that is gone, each with a traceback on the terminal."""
+    pool = CompilePool(jobs=2)
+    pool.start()
+    processes = list(pool._executor._processes.values())
+
+    def interrupted(*_args, **_kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pool._executor, "shutdown", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pool.close()
+    assert len(processes) == 2 and not any(process.is_alive() for process in processes)
