@@ -52,6 +52,15 @@ def _without_tma_at_length_one(configs, named_args, **_):
     return [c for c in configs if not c.kwargs.get("TMA")] or configs
 
 
+def _timed(kernel_call, quantiles):
+    """``@triton.autotune``'s timer: Triton's own (the driver's benchmarker) on a GPU. Under the interpreter, with
+    no driver to time with (Triton raises "0 active drivers") nor a clock worth timing, every config scores the
+    same, so the list's first is chosen, as :class:`AutotunedBackward` does there."""
+    if interpreting():
+        return [0.0] * len(quantiles)
+    return triton.runtime.driver.active.get_benchmarker()(kernel_call, quantiles=quantiles)
+
+
 class AutotunedFlashAttention:
     """``flash_attn_fwd`` whose tiles, warps and stages come from ``@triton.autotune``.
 
@@ -69,7 +78,7 @@ class AutotunedFlashAttention:
                                  f"got {config.kwargs}")
         if any(config.kwargs.get("TMA") for config in configs):
             use_tma_allocator()                     # device-side descriptors need global scratch
-        self.kernel = triton.autotune(configs=list(configs), key=list(key),
+        self.kernel = triton.autotune(configs=list(configs), key=list(key), do_bench=_timed,
                                       prune_configs_by={"early_config_prune": _without_tma_at_length_one})(JIT_KERNEL)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, *,

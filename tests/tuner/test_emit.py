@@ -132,6 +132,25 @@ def test_shipped_config_lists_fit_sm_90_and_run_in_the_autotuned_entry_point(mod
         assert_matches_reference(out, lse, q, k, v, causal, seed, label="autotuned")
 
 
+def test_a_pasted_list_of_several_configs_runs_under_the_interpreter(fresh_inputs, assert_matches_reference):
+    """A list of two or more (the battery of 2026-12-05: an emitted list pasted, as the README says): Triton's
+    autotuner asked a driver to time them, and the interpreter has none ("0 active drivers"). There the list's
+    first is chosen, untimed, as AutotunedBackward does; on a GPU the driver times them."""
+    import triton
+
+    from kernel.triton.autotune import AutotunedFlashAttention
+
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU the driver times the configs")
+    configs = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=1, num_stages=1),
+               triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=1, num_stages=1)]
+    entry = AutotunedFlashAttention(configs, ["N_Q", "N_K", "HEAD_DIM", "CAUSAL"])
+    q, k, v, seed = fresh_inputs((1, 2, 70, 32), (1, 2, 70, 32), torch.float16, "cpu")
+    out, lse = entry(q, k, v, True)
+    assert_matches_reference(out, lse, q, k, v, True, seed, label="pasted")
+    assert entry.kernel.best_config.kwargs["BLOCK_M"] == 32
+
+
 @pytest.mark.parametrize("key", ["128x64_w8_s3", "128x128_w8_s3_tma_ws_p2", "64x128_w4_s2_tma_r168",
                                  "64x64_w4_s3_p1"])
 def test_an_emitted_triton_config_stands_for_its_config(key):
