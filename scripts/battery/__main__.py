@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -78,6 +79,10 @@ def run_all(cases, jobs: int, root: Path, fixtures: Path, keep: bool) -> list[di
 
 def main(argv=None) -> int:
     args = parse(argv)
+    # A battery started in the background (`cmd &` in a script) inherits SIGINT ignored, and so would every case:
+    # a command that leaves Ctrl-C to Python (tuner.budget) could then not be interrupted (2026-12-05: the two
+    # budget-space Ctrl-C cases ran past their limits). A handler here is reset to the default in each case.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     families = args.family or list(FAMILIES)
     cases = [c for c in collect(families) if not args.only or any(s in c.name for s in args.only)]
     if args.list:
