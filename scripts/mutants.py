@@ -1,6 +1,7 @@
 """Mutation testing as a habit: realistic bugs put into the code one at a time, against the CPU suite.
 
-    python scripts/mutants.py [--group suite|newer|hunt|all] [--only NAME ...] [--markdown docs/results/DATE-mutants.md]
+    python scripts/mutants.py [--group suite|newer|hunt|order|battery|all] [--only NAME ...]
+                              [--markdown docs/results/DATE-mutants.md]
 
 Each mutant is a one-place edit that a person could make by mistake (and that changes
 behaviour: a mutant no input can tell apart from the code is replaced, not counted); its text
@@ -10,7 +11,9 @@ when they fail. Every test set first runs on the unmutated copy and must pass. T
 itself is never modified. ``--group suite`` is the suite's own list, ``newer`` issue 23's bugs
 in the newer code (the backward, knobs and defaults, the kernel interface, the store's writes,
 the timing helpers, emit), ``hunt`` the 2026-12-03 hunt's in the code changed since 2026-12-01
-(scripts/mutants_hunt.py). Outside CI: a full run of ``suite`` takes about 20 minutes on 2 cores.
+(scripts/mutants_hunt.py), ``order`` the 2026-12-04 tile order's (scripts/mutants_order.py), ``battery``
+the 2026-12-05 battery's fixes (scripts/mutants_battery.py). Outside CI: a full run of ``suite`` takes about
+20 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -117,11 +120,13 @@ MUTANTS = [
 ]
 
 
+from mutants_battery import BATTERY  # noqa: E402 (beside this file)
 from mutants_hunt import HUNTED  # noqa: E402 (beside this file)
 from mutants_newer import NEWER  # noqa: E402 (beside this file)
 from mutants_order import ORDER  # noqa: E402 (beside this file)
 
-GROUPS = {"suite": MUTANTS, "newer": NEWER, "hunt": HUNTED, "order": ORDER, "all": MUTANTS + NEWER + HUNTED + ORDER}
+GROUPS = {"suite": MUTANTS, "newer": NEWER, "hunt": HUNTED, "order": ORDER, "battery": BATTERY,
+          "all": MUTANTS + NEWER + HUNTED + ORDER + BATTERY}
 
 
 def _apply(mutant: tuple, copy: Path) -> None:
@@ -202,7 +207,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--group", choices=sorted(GROUPS), default="all",
                         help="the suite's own mutants, issue 23's of the newer code, the 2026-12-03 hunt's, the "
-                             "2026-12-04 tile order's, or all (default)")
+                             "2026-12-04 tile order's, the 2026-12-05 battery's, or all (default)")
     parser.add_argument("--only", nargs="*", help="names (substrings) of the mutants to run")
     parser.add_argument("--check", action="store_true", help="only check that every mutant's text is there once")
     parser.add_argument("--markdown", type=Path)

@@ -106,8 +106,8 @@ HUNT = [
      "(64, False, 256, 256): 'triton',   # triton 1.03, gluon 1.04",
      "(64, False, 256, 256): 'gluon',   # triton 1.03, gluon 1.04", ROUTE),
     ("route table: a win flipped to a loser", "kernel/route_table.py",
-     "(64, True, 4096, 256): 'ws_64x64_r144',   # triton 0.92, ws 0.88, ws_64x64_r144 1.00",
-     "(64, True, 4096, 256): 'ws',   # triton 0.92, ws 0.88, ws_64x64_r144 1.00",
+     "(64, True, 4096, 256): 'ws_64x64_r144',   # triton 0.91, ws 0.88, ws_64x64_r144 1.00, ws_64x64_p4 0.97",
+     "(64, True, 4096, 256): 'ws',   # triton 0.91, ws 0.88, ws_64x64_r144 1.00, ws_64x64_p4 0.97",
      ROUTE),
     # ---------------------------------------------------------------- kernel/arch.py
     ("arch: TMA from sm_100", "kernel/arch.py",
