@@ -23,7 +23,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-__all__ = ["BROKEN_PIPE", "INTERRUPTED", "TERMINATED", "Terminated", "call", "run", "settle_streams"]
+__all__ = ["BROKEN_PIPE", "INTERRUPTED", "TERMINATED", "Terminated", "call", "quiet_stderr", "run", "settle_streams"]
 
 BROKEN_PIPE = 128 + 13          # 128 + SIGPIPE: what a shell reports for a program a closed pipe ended
 INTERRUPTED = 128 + 2           # 128 + SIGINT: a program Ctrl-C ended
@@ -83,8 +83,9 @@ def _watch_stdout() -> None:
     sys.stdout = _rewrapped(stream, _WatchedStdout)
 
 
-def _quiet_stderr() -> None:
-    """``sys.stderr``, where it is the process's own, rewrapped around :class:`_QuietStderr`."""
+def quiet_stderr() -> None:
+    """``sys.stderr``, where it is the process's own, rewrapped around :class:`_QuietStderr`: a command's, and
+    each worker process's (they inherit the command's stderr, ``2>/dev/full`` included)."""
     stream = sys.stderr
     if stream is sys.__stderr__ and isinstance(stream, io.TextIOWrapper) and not stream.closed:
         sys.stderr = _rewrapped(stream, _QuietStderr)
@@ -126,7 +127,7 @@ def settle_streams() -> None:
         if hasattr(stream, "reconfigure") and (stream.encoding or "").lower().replace("-", "") != "utf8":
             stream.reconfigure(errors="replace")
     _watch_stdout()
-    _quiet_stderr()
+    quiet_stderr()
 
 
 def call(main: Callable[..., int | None], *args) -> int:

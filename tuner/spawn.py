@@ -23,6 +23,8 @@ import signal
 import sys
 import threading
 
+from tuner.console import quiet_stderr
+
 __all__ = ["EARLY_ENV", "ignore_interrupts", "quiet_interrupt_while_starting", "sigint_blocked", "spawn_worker",
            "start_early", "start_early_for_sweep", "visible_device"]
 
@@ -126,6 +128,7 @@ def _quietly(target, conn, *args) -> None:
     them blocked), ended quietly where its parent went away mid-answer (``kill -9``): a BrokenPipeError's
     traceback would be the last words of a process nobody listens to."""
     ignore_interrupts()
+    quiet_stderr()          # the command's stderr, inherited: a write that fails there must not end the worker
     try:
         target(conn, *args)
     except (BrokenPipeError, ConnectionResetError):

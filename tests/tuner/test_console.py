@@ -186,6 +186,31 @@ def test_a_stderr_on_a_full_disk_loses_what_it_says_not_the_command(code):
 
 
 @needs_dev_full
+def test_a_gpu_worker_process_writing_to_a_stderr_on_a_full_disk_goes_on(tmp_path):
+    """The GPU worker (tuner.spawn) inherits the command's stderr: a line it writes there (a warning, a progress
+    line) must not end it with an OSError before it answers. (The compile workers send theirs to the compile log.)"""
+    (tmp_path / "say_then_answer.py").write_text(textwrap.dedent("""
+        import sys
+
+        def target(conn):
+            print("a line for the terminal " * 100, file=sys.stderr)
+            conn.send("answered")
+    """))
+    program = textwrap.dedent("""
+        from tuner.spawn import spawn_worker
+        if __name__ == "__main__":
+            import say_then_answer
+            process, conn = spawn_worker(say_then_answer.target, (), None)
+            print(conn.recv() if conn.poll(120) else "no answer")
+            process.join(30)
+    """)
+    with open(FULL, "w") as full:
+        done = subprocess.run([sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=full, timeout=180,
+                              env=_env(PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}"), text=True)
+    assert done.returncode == 0 and done.stdout == "answered\n", done
+
+
+@needs_dev_full
 def test_a_failed_write_the_command_let_pass_still_fails_it():
     program = _program("try:\n    print('x' * 100000)\nexcept OSError:\n    pass\nreturn 0")
     with open(FULL, "w") as full:
