@@ -61,16 +61,13 @@ def stream(ask: Callable[[], T | None], process: Callable[[T], None], window: in
            threads: ThreadPoolExecutor, in_order: bool = False, failed: threading.Event | None = None) -> None:
     """Ask trials and process each on ``threads``, with at most ``window`` asked and unfinished.
 
-    ``in_order``: a trial's place is given back once every trial asked before it is done too (no
-    trial is asked more than ``window`` after the oldest unfinished one). A sampler that learns needs
-    it: rejected configs finish at once, and let the search ask on before any compiled config is
-    timed (TPE, told of rejections only, proposed rejected configs: 3 of 100 trials timed).
-
-    ``ask`` returns None when the search has nothing to give now; the trials in flight are
-    then finished and ``ask`` is called once more (another sweep's trial may have died and come
-    back); a second None ends the stream. A trial's exception is raised here, after the trials
-    in flight have finished (the caller's ``threads.shutdown``); ``failed`` is set as it fails, so that a trial
-    waiting on another (which may be the one that failed, left unfinished) gives up at once (:class:`Abandoned`)."""
+    ``in_order``: a trial's place is given back once every trial asked before it is done too (no trial is asked
+    more than ``window`` after the oldest unfinished one). A sampler that learns needs it: rejected configs finish
+    at once, and let the search ask on before any compiled config is timed (TPE, told of rejections only, proposed
+    rejected configs: 3 of 100 trials timed). ``ask`` returns None when the search has nothing to give now; the
+    trials in flight are then finished and ``ask`` is called once more (another sweep's trial may have died and
+    come back); a second None ends the stream. A trial's exception is raised here once the trials in flight are
+    done; ``failed`` is set as it fails: a trial waiting on another (maybe that one) gives up (:class:`Abandoned`)."""
     room = threading.BoundedSemaphore(window)
     in_flight: set[Future] = set()
     order: list[Future] = []        # in_order: the unreleased trials, oldest first

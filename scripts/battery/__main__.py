@@ -103,6 +103,7 @@ def main(argv=None) -> int:
             "started": started.strftime("%Y-%m-%d %H:%M UTC"),
             "finished": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "seconds": time.monotonic() - clock, "head": head, "status": status, "machine": rep.machine(),
+            **dict(zip(("head_after", "status_after"), rep.git_state())),
             "versions": rep.versions(), "root": str(root)}
     rep.write(records, meta, args.markdown, args.json)
     print(rep.table(rep.summary(records)))

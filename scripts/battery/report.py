@@ -57,6 +57,16 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _tree(meta: dict) -> str:
+    """The tree the cases ran on: one commit, clean, or what changed under the run."""
+    after = meta.get("head_after", meta["head"])
+    if meta["status"].strip() or after != meta["head"] or meta.get("status_after", "").strip():
+        return (f"The tree changed under the run (at the start: {meta['head']}, `git status --short` "
+                f"{meta['status'].strip() or 'clean'}; at the end: {after}, "
+                f"{meta.get('status_after', '').strip() or 'clean'}): a case ran on the code of its moment.")
+    return f"The tree was {meta['head']}, clean, from the first case to the last."
+
+
 def _cell(text: str, limit: int = 240) -> str:
     text = re.sub(r"(.)\1{19,}", lambda m: f"{m.group(1) * 3}…({len(m.group(0))} × {m.group(1)})", text or "")
     text = text.replace("|", "\\|").replace("\n", " ")
@@ -112,8 +122,7 @@ def markdown(records: list[dict], meta: dict) -> str:
         "`TRITON_INTERPRET=1` (fp32, fp16).", "",
         f"Run {meta['started']} to {meta['finished']} ({meta['seconds'] / 60:.1f} min), at {meta['head']}: "
         f"`{meta['command']}`", "",
-        "Other engineers were changing the code while it ran; `git status --short` at the start:", "",
-        "```", meta["status"].rstrip() or "(clean)", "```", "",
+        _tree(meta), "",
         "Verdicts: ok; timeout; traceback (a Python traceback on stderr or stdout); wrong-answer (the kernel "
         "differs from float64); wrong-exit (an exit code the case does not expect); unclear (the expected non-zero "
         "exit without a line matching the case's regex); changed-files (a refused call changed the folder).", "",
