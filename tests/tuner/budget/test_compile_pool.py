@@ -152,4 +152,7 @@ def test_a_ctrl_c_while_the_pool_closes_ends_its_processes_at_once(monkeypatch):
     monkeypatch.setattr(pool._executor, "shutdown", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pool.close()
+    deadline = time.monotonic() + 10         # killed: gone within moments (left running: idle for good)
+    while any(process.is_alive() for process in processes) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert len(processes) == 2 and not any(process.is_alive() for process in processes)
