@@ -1,19 +1,19 @@
 """The measured route: which kernel a default call runs, by pass, head dim, causal, length and
 batch x heads (read by kernel/route.py; regenerate it for your GPU with the command below).
 
-Measured by ``python -m benchmarks.route --pass fwd --causal yes --bh 16x16 --bh 32x16 --n 512 --n 1024 --n 2048 --n 4096 --table kernel/route_table.py --update --json routefc.json --markdown routefc.md``
-on NVIDIA H200 (sm_90, 132 SMs), torch 2.11.0+cu130, Triton 3.6.0, 2026-12-05 04:43 UTC.
+Measured by ``python -m benchmarks.route --pass bwd --head-dim 64 --bh 4x8 --bh 16x16 --n 4096 --n 8192 --n 16384 --table kernel/route_table.py --update --json routeb64l.json --markdown routeb64l.md``
+on NVIDIA H200 (sm_90, 132 SMs), torch 2.11.0+cu130, Triton 3.6.0, 2026-12-07 05:45 UTC.
 Each entry is the fastest of our candidates there (kernel/candidates.py), timed side by side
 with SDPA-cuDNN (paired rounds); the comment gives each one's speed as a ratio to cuDNN's.
-The buckets this command did not measure keep the entries of the table it updated (measured 2026-12-03 11:36 UTC to 2026-12-04 18:37 UTC).
+The buckets this command did not measure keep the entries of the table it updated (measured 2026-12-03 11:36 UTC to 2026-12-07 05:44 UTC).
 """
 
 MEASURED = {
-    "command": 'python -m benchmarks.route --pass fwd --causal yes --bh 16x16 --bh 32x16 --n 512 --n 1024 --n 2048 --n 4096 --table kernel/route_table.py --update --json routefc.json --markdown routefc.md',
+    "command": 'python -m benchmarks.route --pass bwd --head-dim 64 --bh 4x8 --bh 16x16 --n 4096 --n 8192 --n 16384 --table kernel/route_table.py --update --json routeb64l.json --markdown routeb64l.md',
     "gpu": 'NVIDIA H200 (sm_90, 132 SMs)',
     "torch": '2.11.0+cu130',
     "triton": '3.6.0',
-    "date": '2026-12-05 04:43 UTC',
+    "date": '2026-12-07 05:45 UTC',
 }
 
 FORWARD = {   # (head dim, causal, length, batch x heads) -> candidate
@@ -94,39 +94,39 @@ FORWARD = {   # (head dim, causal, length, batch x heads) -> candidate
 }
 
 BACKWARD = {   # (head dim, causal, length, batch x heads) -> candidate
-    (64, False, 256, 32): 'gluon',   # triton 0.91, gluon 1.24
-    (64, False, 256, 256): 'triton',   # triton 1.03, gluon 1.04
+    (64, False, 256, 32): 'gluon',   # triton 0.90, gluon 1.24
+    (64, False, 256, 256): 'triton',   # triton 1.04, gluon 1.03
     (64, False, 256, 512): 'triton',   # triton 1.03, gluon 1.00
-    (64, False, 512, 32): 'gluon',   # triton 0.87, gluon 1.07
-    (64, False, 512, 256): 'triton',   # triton 0.97, gluon 0.95
-    (64, False, 512, 512): 'triton',   # triton 0.97, gluon 0.96
-    (64, False, 1024, 32): 'gluon',   # triton 0.93, gluon 0.96
+    (64, False, 512, 32): 'gluon',   # triton 0.87, gluon 1.06
+    (64, False, 512, 256): 'triton',   # triton 0.97, gluon 0.96
+    (64, False, 512, 512): 'triton',   # triton 0.97, gluon 0.94
+    (64, False, 1024, 32): 'gluon',   # triton 0.94, gluon 0.96
     (64, False, 1024, 256): 'gluon',   # triton 0.92, gluon 0.96
     (64, False, 1024, 512): 'gluon',   # triton 0.92, gluon 0.94
-    (64, False, 2048, 32): 'gluon',   # triton 0.89, gluon 0.95
-    (64, False, 2048, 256): 'gluon',   # triton 0.89, gluon 0.93
-    (64, False, 2048, 512): 'gluon',   # triton 0.90, gluon 0.92
-    (64, False, 4096, 32): 'gluon',   # triton 0.88, gluon 0.94
-    (64, False, 4096, 256): 'gluon',   # triton 0.89, gluon 0.92
+    (64, False, 2048, 32): 'gluon',   # triton 0.90, gluon 0.95
+    (64, False, 2048, 256): 'gluon',   # triton 0.90, gluon 0.94
+    (64, False, 2048, 512): 'gluon',   # triton 0.89, gluon 0.92
+    (64, False, 4096, 32): 'gluon',   # triton 0.88, gluon 0.93
+    (64, False, 4096, 256): 'gluon',   # triton 0.89, gluon 0.93
     (64, False, 8192, 32): 'gluon',   # triton 0.88, gluon 0.94
     (64, False, 8192, 256): 'gluon',   # triton 0.89, gluon 0.91
     (64, False, 16384, 32): 'gluon',   # triton 0.89, gluon 0.94
     (64, False, 16384, 256): 'gluon',   # triton 0.88, gluon 0.90
-    (64, True, 256, 32): 'gluon',   # triton 1.11, gluon 1.31
-    (64, True, 256, 256): 'gluon',   # triton 0.93, gluon 1.24
+    (64, True, 256, 32): 'gluon',   # triton 1.13, gluon 1.32
+    (64, True, 256, 256): 'gluon',   # triton 0.93, gluon 1.23
     (64, True, 256, 512): 'gluon',   # triton 0.89, gluon 1.09
-    (64, True, 512, 32): 'gluon',   # triton 1.02, gluon 1.22
+    (64, True, 512, 32): 'gluon',   # triton 1.03, gluon 1.23
     (64, True, 512, 256): 'gluon',   # triton 0.88, gluon 1.10
-    (64, True, 512, 512): 'gluon',   # triton 0.86, gluon 1.04
-    (64, True, 1024, 32): 'gluon',   # triton 0.93, gluon 1.40
+    (64, True, 512, 512): 'gluon',   # triton 0.87, gluon 1.04
+    (64, True, 1024, 32): 'gluon',   # triton 0.94, gluon 1.41
     (64, True, 1024, 256): 'gluon',   # triton 0.86, gluon 1.07
     (64, True, 1024, 512): 'gluon',   # triton 0.85, gluon 1.04
-    (64, True, 2048, 32): 'gluon',   # triton 0.90, gluon 1.26
-    (64, True, 2048, 256): 'gluon',   # triton 0.85, gluon 1.05
+    (64, True, 2048, 32): 'gluon',   # triton 0.90, gluon 1.25
+    (64, True, 2048, 256): 'gluon',   # triton 0.85, gluon 1.04
     (64, True, 2048, 512): 'gluon',   # triton 0.85, gluon 1.03
     (64, True, 4096, 32): 'gluon',   # triton 0.87, gluon 1.12
-    (64, True, 4096, 256): 'gluon',   # triton 0.85, gluon 1.01
-    (64, True, 8192, 32): 'gluon',   # triton 0.86, gluon 1.05
+    (64, True, 4096, 256): 'gluon',   # triton 0.85, gluon 1.02
+    (64, True, 8192, 32): 'gluon',   # triton 0.86, gluon 1.04
     (64, True, 8192, 256): 'gluon',   # triton 0.85, gluon 0.99
     (64, True, 16384, 32): 'gluon',   # triton 0.86, gluon 1.00
     (64, True, 16384, 256): 'gluon',   # triton 0.87, gluon 0.97

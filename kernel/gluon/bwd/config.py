@@ -24,8 +24,8 @@ class GluonBwdConfig:
         num_stages: ring stages of Q and dO tiles, 1 to 4.
         dq_bufs: fp32 dQ staging buffers, 1 or 2 (2: a tile's reduce runs under the next tile).
         consumers: consumer warpgroups, 1 or 2 (2: a key tile of 128, half each, dS shared so
-            that dQ's reduce traffic halves; each consumer takes half of dQ's columns, :meth:`dq_chunk`;
-            D=128 only for now).
+            that dQ's reduce traffic halves; each consumer takes half of dQ's columns, :meth:`dq_chunk`:
+            at D=64 a 32-column slice of K inside its 128-byte swizzle).
         persistent: 0 for a program per key tile, else programs per SM.
         producer_regs, consumer_regs: the register split (``setmaxnreg``) per thread of the
             producer warp's warpgroup and of the consumer warpgroup; multiples of 8 in [24, 256].
@@ -77,10 +77,6 @@ class GluonBwdConfig:
                 found.append(f"{name}={regs!r} must be a multiple of 8 from 24 to 256")
         if self.consumers not in (1, 2):
             found.append(f"consumers={self.consumers!r} must be 1 or 2")
-        elif self.consumers == 2 and head_dim != 128:
-            # At D=64 each consumer's dQ chunk would be 32 columns, a slice inside K's 128-byte swizzle: it
-            # cross-compiles for sm_90 (3.6, 3.8, 3.9; 148 KB, no spills) but has not run on a GPU yet.
-            found.append("consumers=2 needs head dim 128 (each consumer takes 64 of dQ's columns)")
         if not found and (self.producer_regs + self.consumer_regs * self.consumers) % (1 + self.consumers):
             found.append(f"producer_regs + {self.consumers} x consumer_regs must divide by {1 + self.consumers} "
                          "(the launch's registers per thread)")

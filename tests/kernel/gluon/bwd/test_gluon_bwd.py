@@ -48,10 +48,14 @@ VARIANTS = [
     (GluonBwdConfig(64, num_stages=4, dq_bufs=2, persistent=2, consumer_regs=232), 64),
     (GluonBwdConfig(64, num_stages=2, dq_bufs=2, consumers=2), 128),
     (GluonBwdConfig(64, num_stages=2, dq_bufs=1, consumers=2, persistent=1), 128),
+    # D=64 over 128 keys (candidate gluon_2c): each consumer's dQ is a 32-column slice of K's 128-byte swizzle.
+    (GluonBwdConfig(64, num_stages=3, dq_bufs=2, consumers=2, consumer_regs=240), 64),
+    (GluonBwdConfig(64, num_stages=3, dq_bufs=1, consumers=2, persistent=1, consumer_regs=240), 64),
+    (GluonBwdConfig(64, num_stages=3, dq_bufs=1, consumers=2, consumer_regs=240), 64),   # gluon_2c itself
 ]
 # Knobs each smoke run takes: the defaults (two consumer warpgroups at D=128, their own barriers),
-# and one consumer everywhere.
-SMOKE_KNOBS = ("", "consumers=1")
+# one consumer everywhere, and two at D=64 too (32 of dQ's columns each).
+SMOKE_KNOBS = ("", "consumers=1", "consumers=2,consumer_regs=240")
 
 
 def _case_id(case) -> str:
@@ -166,8 +170,16 @@ def _smoke_verdict(run: subprocess.Popen) -> str | None:
     return smoke_verdict(run, SMOKE_TIMEOUT_S, 2)
 
 
-def _healthy(smoke: dict, knobs: dict | None = None) -> None:
-    verdict = smoke["consumers=1" if (knobs or {}).get("consumers") == 1 else ""]
+def _smoke_knobs(knobs: dict | None, head_dim: int) -> str:
+    """The smoke run that went through the code path of ``knobs`` at ``head_dim``."""
+    consumers = (knobs or {}).get("consumers")
+    if consumers == 1:
+        return "consumers=1"
+    return "consumers=2,consumer_regs=240" if consumers == 2 and head_dim == 64 else ""
+
+
+def _healthy(smoke: dict, knobs: dict | None = None, head_dim: int = 128) -> None:
+    verdict = smoke[_smoke_knobs(knobs, head_dim)]
     if verdict is not None:
         pytest.fail(verdict)
 
@@ -219,7 +231,7 @@ def test_one_consumer_warpgroup_at_d128_matches_the_reference(shape, causal, smo
 def test_every_knob_variant_is_right(index, causal, smoke):
     """Each variant on 2 x 24 heads (a persistent program walks several key tiles), ragged."""
     config, d = VARIANTS[index]
-    _healthy(smoke, asdict(config))
+    _healthy(smoke, asdict(config), d)
     check_gradients(2, 24, 777, 333 if causal else 1000, d, causal, **asdict(config))
 
 
