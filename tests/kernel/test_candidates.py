@@ -177,10 +177,7 @@ BACKWARD_GLUON = [(name, d, c) for name in ("gluon_1c", "gluon_2c") for d, c in 
 def test_a_default_backward_routed_to_a_gluon_candidate_is_right(name, head_dim, causal, monkeypatch, fresh_inputs):
     """What benchmarks.route may write into a backward bucket, run by the default call: the Gluon backward at
     the candidate's knobs, its gradients against the float64 reference, NaN-filled outputs."""
-    from grad_reference import reference_grads, torch_grads
-
     from kernel.gluon.bwd.plan import GluonBwdPlan
-    from kernel.reference import grad_accuracy
 
     ran, real = [], GluonBwdPlan.__call__
 
@@ -191,6 +188,18 @@ def test_a_default_backward_routed_to_a_gluon_candidate_is_right(name, head_dim,
     monkeypatch.setattr(GluonBwdPlan, "__call__", spy)
     monkeypatch.setattr(route_table, "BACKWARD", {(head_dim, causal, 256, 1): name})
     wanted = replace(route.GLUON_BWD_ROUTES[(head_dim, causal)], **BACKWARD[name].settings)
+    PLANS.clear()          # a layout's plan is made once, at its first call: the route is read then
+    try:
+        _check_routed_backward(name, head_dim, causal, wanted, ran, fresh_inputs)
+    finally:
+        PLANS.clear()
+
+
+def _check_routed_backward(name, head_dim, causal, wanted, ran, fresh_inputs):
+    from grad_reference import reference_grads, torch_grads
+
+    from kernel.reference import grad_accuracy
+
     for b, h, n_q, n_k in GPU_SHAPES:
         shape_q, shape_kv = ((b, n_q, head_dim), (b, n_k, head_dim)) if h is None else (
             (b, h, n_q, head_dim), (b, h, n_k, head_dim))
