@@ -167,54 +167,6 @@ def test_a_default_call_routed_to_a_short_tile_candidate_is_right(name, head_dim
         PLANS.clear()
 
 
-BACKWARD_GLUON = [(name, d, c) for name in ("gluon_1c", "gluon_2c") for d, c in MASKS
-                  if d in BACKWARD[name].head_dims]
-
-
-@pytest.mark.gpu
-@needs_route
-@pytest.mark.parametrize("name, head_dim, causal", BACKWARD_GLUON)
-def test_a_default_backward_routed_to_a_gluon_candidate_is_right(name, head_dim, causal, monkeypatch, fresh_inputs):
-    """What benchmarks.route may write into a backward bucket, run by the default call: the Gluon backward at
-    the candidate's knobs, its gradients against the float64 reference, NaN-filled outputs."""
-    from kernel.gluon.bwd.plan import GluonBwdPlan
-
-    ran, real = [], GluonBwdPlan.__call__
-
-    def spy(plan, *args, **kwargs):
-        ran.append(plan.config)
-        return real(plan, *args, **kwargs)
-
-    monkeypatch.setattr(GluonBwdPlan, "__call__", spy)
-    monkeypatch.setattr(route_table, "BACKWARD", {(head_dim, causal, 256, 1): name})
-    wanted = replace(route.GLUON_BWD_ROUTES[(head_dim, causal)], **BACKWARD[name].settings)
-    PLANS.clear()          # a layout's plan is made once, at its first call: the route is read then
-    try:
-        _check_routed_backward(name, head_dim, causal, wanted, ran, fresh_inputs)
-    finally:
-        PLANS.clear()
-
-
-def _check_routed_backward(name, head_dim, causal, wanted, ran, fresh_inputs):
-    from grad_reference import reference_grads, torch_grads
-
-    from kernel.reference import grad_accuracy
-
-    for b, h, n_q, n_k in GPU_SHAPES:
-        shape_q, shape_kv = ((b, n_q, head_dim), (b, n_k, head_dim)) if h is None else (
-            (b, h, n_q, head_dim), (b, h, n_k, head_dim))
-        q, k, v, seed = fresh_inputs(shape_q, shape_kv, torch.bfloat16, "cuda")
-        dout = torch.randn_like(q)
-        out, lse = kernel.flash_attn_fwd(q, k, v, causal)
-        grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
-        ran.clear()
-        kernel.flash_attn_bwd(dout, q, k, v, out, lse, causal, dq=grads[0], dk=grads[1], dv=grads[2])
-        assert ran == [wanted], f"{name} D={head_dim} {(b, h, n_q, n_k)} ran {ran}"
-        verdict = grad_accuracy(grads, reference_grads(q, k, v, dout, causal), torch_grads(q, k, v, dout, causal),
-                                q.dtype)
-        assert verdict.ok, f"{name} D={head_dim} causal={causal} {(b, h, n_q, n_k)} seed {seed}: {verdict.reason}"
-
-
 def test_a_triton_candidate_keeps_the_knobs_of_the_default_for_the_device(monkeypatch):
     """On Hopper the default forward loads through TMA (and D=128 runs persistent): a routed Triton candidate
     sets only its tiles, so it keeps them. The plan is made, not run (TMA needs the GPU)."""

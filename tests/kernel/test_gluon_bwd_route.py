@@ -11,6 +11,8 @@ the Triton kernels everywhere else.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -19,6 +21,7 @@ import kernel.backward as backward
 import kernel.gluon.bwd.launch as gluon_bwd
 import kernel.route as route
 import kernel.route_table as route_table
+from kernel.candidates import BACKWARD
 from kernel.gluon.bwd.config import GluonBwdConfig
 from kernel.route import GLUON_BWD_ROUTES
 from kernel.triton.bwd_launch import BwdPlan
@@ -219,21 +222,58 @@ def _default_call(shape_q, shape_kv, causal, dtype=torch.bfloat16):
     return q, k, v, dout, grads, allocated
 
 
+def _cases(head_dim: int) -> list[tuple[tuple, tuple]]:
+    """(q's shape, k's and v's): ragged both ways, a last tile of one valid row, lengths 1 (the JIT's
+    constant) and 16."""
+    cases = [((2, 3, 1031, head_dim), (2, 3, 777, head_dim)), ((1, 2, 129, head_dim), (1, 2, 1000, head_dim)),
+             ((1, 2, 65, head_dim), (1, 2, 127, head_dim)), ((1, 2, 1, head_dim), (1, 2, 17, head_dim)),
+             ((1, 2, 17, head_dim), (1, 2, 1, head_dim))]
+    return cases + [((2, 2, n, head_dim), (2, 2, n, head_dim)) for n in LENGTHS]
+
+
 @pytest.mark.gpu
 @needs_route
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_default_call_is_the_gluon_backward_and_right(head_dim, causal, spied):
-    cases = [((2, 3, 1031, head_dim), (2, 3, 777, head_dim)), ((1, 2, 129, head_dim), (1, 2, 1000, head_dim)),
-             ((1, 2, 65, head_dim), (1, 2, 127, head_dim)), ((1, 2, 1, head_dim), (1, 2, 17, head_dim)),
-             ((1, 2, 17, head_dim), (1, 2, 1, head_dim))]
-    cases += [((2, 2, n, head_dim), (2, 2, n, head_dim)) for n in LENGTHS]
-    for shape_q, shape_kv in cases:
+    for shape_q, shape_kv in _cases(head_dim):
         before = len(spied)
         q, k, v, dout, grads, allocated = _default_call(shape_q, shape_kv, causal)
         assert spied[before:] == [GLUON_BWD_ROUTES[(head_dim, causal)]] * 2, f"{shape_q} {shape_kv} ran Triton"
         _right(q, k, v, dout, causal, grads, f"default D={head_dim} {shape_q} {shape_kv}")
         assert all(torch.equal(a, b) for a, b in zip(grads[1:], allocated[1:]))
+
+
+# The Gluon candidates a backward bucket may name (kernel/candidates.py) whose knobs change the config routed
+# there: the others (gluon, and gluon_1c at D=64, whose default has one consumer) run in the test above.
+OTHER_CONFIGS = [(name, d, c) for name, candidate in BACKWARD.items() if candidate.gluon
+                 for d in candidate.head_dims for c in (False, True)
+                 if replace(GLUON_BWD_ROUTES[(d, c)], **candidate.settings) != GLUON_BWD_ROUTES[(d, c)]]
+
+
+def test_the_candidates_routed_on_the_gpu_are_those_with_other_knobs():
+    """The GPU test below is parametrized over OTHER_CONFIGS: a filter that kept none would run nothing."""
+    assert sorted({(name, d) for name, d, _ in OTHER_CONFIGS}) == [("gluon_1c", 128), ("gluon_2c", 64)]
+
+
+@pytest.mark.gpu
+@needs_route
+@pytest.mark.parametrize("name, head_dim, causal", OTHER_CONFIGS)
+def test_a_default_call_routed_to_a_gluon_candidate_runs_its_knobs_and_is_right(name, head_dim, causal, spied,
+                                                                                monkeypatch, fresh_inputs):
+    """What benchmarks.route may write into a backward bucket, run by the default call: fresh inputs, NaN-filled
+    gradients against the float64 reference, [B, N, D] too."""
+    monkeypatch.setattr(route_table, "BACKWARD", {(head_dim, causal, 256, 1): name})
+    wanted = replace(GLUON_BWD_ROUTES[(head_dim, causal)], **BACKWARD[name].settings)
+    for shape_q, shape_kv in [*_cases(head_dim), ((2, 300, head_dim), (2, 70, head_dim))]:
+        q, k, v, seed = fresh_inputs(shape_q, shape_kv, torch.bfloat16, "cuda")
+        dout = torch.randn_like(q)
+        out, lse = kernel.flash_attn_fwd(q, k, v, causal)
+        grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+        before = len(spied)
+        kernel.flash_attn_bwd(dout, q, k, v, out, lse, causal, dq=grads[0], dk=grads[1], dv=grads[2])
+        assert spied[before:] == [wanted], f"{name} D={head_dim} {shape_q} {shape_kv} ran {spied[before:]}"
+        _right(q, k, v, dout, causal, grads, f"{name} D={head_dim} causal={causal} {shape_q} {shape_kv} seed {seed}")
 
 
 @pytest.mark.gpu

@@ -55,7 +55,8 @@ VARIANTS = [
 ]
 # Knobs each smoke run takes: the defaults (two consumer warpgroups at D=128, their own barriers),
 # one consumer everywhere, and two at D=64 too (32 of dQ's columns each).
-SMOKE_KNOBS = ("", "consumers=1", "consumers=2,consumer_regs=240")
+TWO_CONSUMERS_D64 = "consumers=2,consumer_regs=240"
+SMOKE_KNOBS = ("", "consumers=1", TWO_CONSUMERS_D64)
 
 
 def _case_id(case) -> str:
@@ -175,7 +176,7 @@ def _smoke_knobs(knobs: dict | None, head_dim: int) -> str:
     consumers = (knobs or {}).get("consumers")
     if consumers == 1:
         return "consumers=1"
-    return "consumers=2,consumer_regs=240" if consumers == 2 and head_dim == 64 else ""
+    return TWO_CONSUMERS_D64 if consumers == 2 and head_dim == 64 else ""
 
 
 def _healthy(smoke: dict, knobs: dict | None = None, head_dim: int = 128) -> None:
