@@ -15,6 +15,7 @@
 #   bench NAME [ARGS]    python -m benchmarks.NAME ARGS, e.g. 'bench route --write'
 #   job [ARGS]           the README's main command as a user, timed, in a fresh folder, e.g. 'job --gpu sm_90'
 #   rerun [ARGS]         the same command again on that folder (the warm re-run), timed, and the emitted files compared
+#   cold                 empty the Triton and tuner caches: the next job runs from cold caches, as the first does
 #   py MODULE [ARGS]     python -m MODULE ARGS, e.g. 'py tuner.profile --gpu sm_90 --top 2'
 #   keep PATH...         copy files the stages wrote in the checkout (a table, a config list) into the results
 #
@@ -74,7 +75,8 @@ stage() {
            diff -r "$W/job-configs" "$W/job/fa2-out/configs" && echo "emitted files identical";;
     py) local module=$1; shift; timed "$log" python3 -m "$module" "$@"; tail -60 "$log";;
     keep) mkdir -p "$W/kept"; cp -v "$@" "$W/kept/";;
-    *) echo "unknown stage $name: env, tests, bench, job, rerun, py, keep (see the header of $0)"; return 2;;
+    cold) rm -rf "$W/triton" "$W/fa2-tuner"; echo "caches emptied";;
+    *) echo "unknown stage $name: env, tests, bench, job, rerun, cold, py, keep (see the header of $0)"; return 2;;
   esac
 }
 

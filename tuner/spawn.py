@@ -11,7 +11,15 @@ trials' compiles were done at 15.6 s (docs/results/2026-12-01-h200-tuner-speed.m
 :func:`start_early` begins a worker process at once, pinned to a GPU, which imports and starts
 CUDA while the parent goes on; :func:`spawn_worker` hands it its work (the function it serves
 and that function's arguments) when a worker for that GPU is asked for, else spawns one.
-:func:`start_early_for_sweep` is the sweep's first statement. Plain Python, no project imports.
+
+The compile pool's processes (:class:`tuner.budget.CompilePool`) are forked by a compile server
+(:func:`compile_context`): one process, begun early (:func:`start_compile_server`), that imports
+the compiler once, where each spawned compile process had imported it for itself. On the H200 the
+main job's 14 spawned compile processes each took 5.5-8.3 s over their first compile (the
+imports of all of them at once, at a low priority, beside the sweep's and the GPU worker's own),
+and the first trial reached the GPU 6.5 s after the first compile was handed out (``--trace``,
+2026-12-07). :func:`start_early_for_sweep` is the sweep's first statement. Plain Python, no
+project imports.
 """
 
 from __future__ import annotations
@@ -25,8 +33,9 @@ import threading
 
 from tuner.console import quiet_stderr
 
-__all__ = ["EARLY_ENV", "ignore_interrupts", "quiet_interrupt_while_starting", "sigint_blocked", "spawn_worker",
-           "start_early", "start_early_for_sweep", "visible_device"]
+__all__ = ["COMPILE_PRELOAD", "EARLY_ENV", "compile_context", "ignore_interrupts", "quiet_interrupt_while_starting",
+           "sigint_blocked", "spawn_worker", "start_compile_server", "start_early", "start_early_for_sweep",
+           "visible_device", "without_interpreter"]
 
 _LOCK = threading.Lock()            # the environment a worker inherits is set around its start
 _EARLY: dict = {}                   # pin -> (process, conn): begun early, not yet handed its work
@@ -38,6 +47,9 @@ NVIDIA_DRIVER = "/dev/nvidiactl"    # present where an NVIDIA driver is loaded: 
 # runs with it also timed fewer configs: docs/results/2026-12-01-h200-tuner-speed.md). On a CPU
 # machine nothing is begun either way.
 EARLY_ENV = "FA2_TUNER_EARLY_WORKER"
+# What every compile imports (tuner.budget._compile.import_compiler, and the module a task's function lives in):
+# imported once, by the compile server, before it forks a compile process.
+COMPILE_PRELOAD = ("triton.compiler", "tuner.kernels", "tuner.budget._compile")
 
 
 def visible_device(index: int) -> str:
@@ -84,6 +96,46 @@ def sigint_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+@contextlib.contextmanager
+def without_interpreter():
+    """``TRITON_INTERPRET`` left out of the environment while compile processes begin: a compile process
+    imports the kernels (to unpickle its task) before anything else runs, and under the interpreter
+    ``@triton.jit`` makes functions the compiler cannot take."""
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def compile_context():
+    """The multiprocessing context compile processes begin in: forked by the compile server where this
+    platform has one (the server imports :data:`COMPILE_PRELOAD` once; it never touches CUDA, so forking
+    it is safe, unlike forking the sweep), else spawned. A forked process inherits the server's
+    environment, as it was when the server began: the pool hands each process the sweep's own as it
+    starts (:func:`tuner.budget._compile.worker_init`)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(COMPILE_PRELOAD))
+    return context
+
+
+def start_compile_server() -> None:
+    """Begin the compile server now, without waiting for its imports (it begins at the pool's first
+    process otherwise): without ``TRITON_INTERPRET`` (:func:`without_interpreter`), its signals held
+    back as a spawned worker's are (:func:`sigint_blocked`; it ignores SIGINT itself, its children
+    inherit the mask). Nothing where processes are spawned instead."""
+    context = compile_context()
+    if context.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    with without_interpreter(), sigint_blocked():
+        forkserver.ensure_running()
+
+
 def quiet_interrupt_while_starting() -> None:
     """A Ctrl-C before the sweep sets its own handler (while it imports torch, Triton, Optuna: seconds) ends
     the process with 130 and one line, not a KeyboardInterrupt traceback from an import; nothing is
@@ -95,30 +147,34 @@ def quiet_interrupt_while_starting() -> None:
     signal.signal(signal.SIGINT, stop)
 
 
-def ignore_interrupts() -> None:
+def ignore_interrupts(sender: int | None = None) -> None:
     """A child's first statement: Ctrl-C is the sweep's to handle (the trial in flight finishes, then
     the sweep closes its workers), so the child ignores it, and drops the one it may have been sent
     while it started (:func:`sigint_blocked`). SIGTERM is the sweep's too (:mod:`tuner.console` takes it
     as Ctrl-C): one sent to the whole group (``kill -TERM -PGID``, a service manager) would end the
     trial in flight, stored as crashed, so the child keeps it blocked, and a thread of its own waits for
     it: sent by the parent (multiprocessing's ``terminate``), it ends the child as SIGTERM does; sent by
-    anyone else, it is dropped. A child whose parent is gone (``kill -9``) ends at once, quietly."""
+    anyone else, it is dropped. A child whose parent is gone (``kill -9``) ends at once, quietly. ``sender``:
+    the process whose SIGTERM counts, where that is not the parent (a compile worker forked by the
+    compile server, :func:`compile_context`, is the server's child but the sweep's to end)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if hasattr(signal, "sigtimedwait") and not any(t.name == _WATCHER for t in threading.enumerate()):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})     # threads begun from here on inherit it
-        threading.Thread(target=_sigterm_from_parent_only, args=(os.getppid(),), daemon=True,
+        parent = os.getppid()
+        threading.Thread(target=_sigterm_from_parent_only, args=(parent, sender or parent), daemon=True,
                          name=_WATCHER).start()
 
 
-def _sigterm_from_parent_only(parent: int, poll_s: float = 1.0) -> None:
-    """The child's SIGTERM, taken here alone (see :func:`ignore_interrupts`)."""
+def _sigterm_from_parent_only(parent: int, sender: int | None = None, poll_s: float = 1.0) -> None:
+    """The child's SIGTERM, taken here alone (see :func:`ignore_interrupts`): ``sender``'s (default the parent's)."""
+    sender = sender or parent
     while True:
         sent = signal.sigtimedwait({signal.SIGTERM}, poll_s)
         if os.getppid() != parent:          # the parent is gone: nobody waits for this child's answer
             os._exit(0)
-        if sent is not None and sent.si_pid == parent:
+        if sent is not None and sent.si_pid == sender:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             signal.raise_signal(signal.SIGTERM)     # its default action, in this thread: the process ends
 
@@ -190,11 +246,13 @@ def _serve_when_told(conn, warm_cuda: bool) -> None:
 
 
 def start_early_for_sweep(argv: list[str]) -> None:
-    """The sweep's first statement: begin the first GPU's worker (``visible_device(0)``, the first
-    :class:`tuner.runner.GpuWorker`'s) where an NVIDIA driver is loaded and the command is a run,
-    not ``--help``. Where it is never asked for (the inputs refused, no CUDA after all) it waits,
-    idle, and ends with the sweep (a daemon process). Not with :data:`EARLY_ENV` set to 0."""
-    if os.environ.get(EARLY_ENV, "1") == "0" or not os.path.exists(NVIDIA_DRIVER):
+    """The sweep's first statement, where the command is a run (not ``--help``, not ``--device``): begin the
+    first GPU's worker (``visible_device(0)``, the first :class:`tuner.runner.GpuWorker`'s) where an NVIDIA
+    driver is loaded, and the compile server (:func:`start_compile_server`; the budget stage compiles
+    without a GPU too). Where they are never asked for (the inputs refused, no CUDA after all) they wait,
+    idle, and end with the sweep. Neither with :data:`EARLY_ENV` set to 0."""
+    if os.environ.get(EARLY_ENV, "1") == "0" or {"-h", "--help"} & set(argv) or "--device" in argv:
         return
-    if not {"-h", "--help"} & set(argv) and "--device" not in argv:
+    if os.path.exists(NVIDIA_DRIVER):
         start_early(visible_device(0))
+    start_compile_server()

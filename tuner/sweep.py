@@ -152,6 +152,7 @@ def _finalist_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
+    TIMELINE.mark("the interpreter, imports", first=True)
     parser = build_parser()
     args = parser.parse_args(argv)
     # Every input is checked before anything is created or written.
@@ -182,6 +183,7 @@ def main(argv=None) -> int:
     if isinstance(resolved, int):
         return resolved
     target, present, gpu_label = resolved
+    TIMELINE.mark("the study, the inputs, the GPU present")
     workers, problem = workers_for(args, present)
     if problem:
         return usage_error(parser, problem)
@@ -201,6 +203,7 @@ def main(argv=None) -> int:
         return usage_error(parser, f"--study: {study.path} is named {study.name!r}, but {url} already holds a "
                                    f"different study under that name (from {stored.path}); rename the new study "
                                    f"or use another --storage, so that the two are never mixed")
+    TIMELINE.mark("the caches, the store")
     return _run(args, parser, for_target(study, target), target, present, gpu_label, db, argv)
 
 

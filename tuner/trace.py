@@ -29,6 +29,15 @@ class Timeline:
         self.lanes: dict[str, int] = {}
         self.lock = threading.Lock()
         self.t0 = time.perf_counter()
+        self.marks: list[tuple[str, float]] = []      # the start's parts (:meth:`mark`), kept while off
+
+    def mark(self, done: str, first: bool = False) -> None:
+        """The start's part ``done`` ends now (``first``: the marks before it were another run's): kept even
+        while the timeline is off (the sweep turns it on once every input is checked), and made the
+        start's spans by :meth:`enable`."""
+        if first:
+            self.marks = []
+        self.marks.append((done, time.perf_counter()))
 
     @property
     def on(self) -> bool:
@@ -36,11 +45,16 @@ class Timeline:
 
     def enable(self) -> None:
         """Start collecting, the timeline's zero at the process's start where it is known (Linux),
-        with the interpreter's start and the imports as the first span."""
+        with the interpreter's start, the imports and the other parts of the start (:meth:`mark`) as the
+        first spans."""
         now = time.perf_counter()
         self.events, self.lanes, self.t0 = [], {}, now - (process_age_s() or 0.0)
-        if self.t0 < now:
-            self.add("start: imports, arguments, the GPU present, the store", "sweep", self.t0, now)
+        begun = self.t0
+        for done, end in [*self.marks, ("the rest", now)]:
+            if begun <= end and begun < now:
+                self.add(f"start: {done}", "sweep", begun, end)
+                begun = end
+        self.marks = []
 
     def disable(self) -> None:
         """Stop collecting and drop what was collected (the process may run another sweep)."""

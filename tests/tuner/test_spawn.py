@@ -70,10 +70,13 @@ def test_the_sweep_begins_one_where_a_driver_is_loaded_and_it_runs(driver, argv,
     else:
         monkeypatch.setenv(spawn.EARLY_ENV, early_env)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    calls = []
+    calls, servers = [], []
     monkeypatch.setattr(spawn, "start_early", lambda pin, warm_cuda=True: calls.append(pin))
+    monkeypatch.setattr(spawn, "start_compile_server", lambda: servers.append("compile server"))
     spawn.start_early_for_sweep(argv)
     assert calls == (["3"] if begun else [])
+    runs = early_env != "0" and "--help" not in argv and "--device" not in argv      # with a driver or without
+    assert servers == (["compile server"] if runs else [])
 
 
 def test_a_cpu_sweep_runs_on_the_process_begun_early(tiny, tmp_path, sweep_args, query):

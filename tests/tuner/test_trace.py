@@ -31,6 +31,12 @@ def test_a_cpu_sweep_writes_a_trace_with_every_trial_on_a_device_lane(tiny, tmp_
     timed = [row for row in spans if row == ("device 0", "trial")]
     assert timed, spans
     assert ("device 0", "worker start, baselines") in spans
+    start = [(e["name"], e["ts"], e["dur"]) for e in body["traceEvents"]
+             if e["ph"] == "X" and e["name"].startswith("start: ")]
+    assert [name for name, *_ in start] == ["start: the interpreter, imports",
+                                            "start: the study, the inputs, the GPU present",
+                                            "start: the caches, the store", "start: the rest"]
+    assert all(ts + dur <= later + 1 for (_, ts, dur), (_, later, _) in zip(start, start[1:]))   # in turn (µs rounding)
     assert sum(name == "tell" for _, name in spans) >= len(timed)
     assert "timeline: devices busy" in capsys.readouterr().err
     from tuner.trace import TIMELINE

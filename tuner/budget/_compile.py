@@ -28,7 +28,7 @@ from typing import Any
 
 from tuner.budget._cache import CacheError, cache_dir, settle_caches
 from tuner.problem import Problem
-from tuner.spawn import ignore_interrupts
+from tuner.spawn import ignore_interrupts, without_interpreter  # noqa: F401 (without_interpreter: the pool's)
 
 MAX_ERROR_CHARS = 8000     # a compile error kept this long in the store (ptxas's lines, the repro command)
 
@@ -235,19 +235,6 @@ def compile_config(task: CompileTask) -> CompileInfo:
     return CompileInfo.worst(infos)
 
 
-@contextlib.contextmanager
-def without_interpreter():
-    """Spawn compile workers without ``TRITON_INTERPRET``: a worker imports the kernel
-    (to unpickle its task) before anything else runs, and under the interpreter
-    ``@triton.jit`` makes functions the compiler cannot take."""
-    saved = os.environ.pop("TRITON_INTERPRET", None)
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
-
-
 def compile_log() -> Path:
     """Where compiler output goes: the log beside the cache."""
     return cache_dir() / "compile-errors.log"
@@ -275,12 +262,18 @@ def quiet_compiler_pages(descriptors: tuple[int, ...] = (1, 2)) -> None:
 COMPILE_NICENESS = 10      # added to a compile worker's niceness (0 is the default; 19 the lowest priority)
 
 
-def worker_init() -> None:
+def worker_init(environment: dict[str, str] | None = None, sweep: int | None = None) -> None:
     """A pool worker's start (:class:`tuner.budget._pool.CompilePool`), at a lower priority: with
     a compiler on every core but two, the sweep's own process (Optuna, the store, each trial's
     hand-off) and the GPU worker (each launch) waited for a core and left the GPU idle (the trace,
-    docs/results/2026-12-01-h200-tuner-speed.md, round 4)."""
-    ignore_interrupts()    # Ctrl-C is the sweep's to handle; it closes the pool
+    docs/results/2026-12-01-h200-tuner-speed.md, round 4). ``environment``: the pool's process's,
+    taken where it made the pool, in place of the one a process forked by the compile server inherits
+    (the server's, from when it began: :func:`tuner.spawn.compile_context`). ``sweep``: that
+    process's pid, whose SIGTERM ends this one (:func:`tuner.spawn.ignore_interrupts`)."""
+    ignore_interrupts(sweep)    # Ctrl-C is the sweep's to handle; it closes the pool
+    if environment is not None:
+        os.environ.clear()
+        os.environ.update(environment)
     with contextlib.suppress(OSError, AttributeError):
         os.nice(COMPILE_NICENESS)
     quiet_compiler_pages()

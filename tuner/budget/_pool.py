@@ -16,7 +16,6 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, as_completed
 from functools import partial
-from multiprocessing import get_context
 
 import tuner.budget._compile as _compile  # compile_config looked up at each call (the tests replace it)
 from tuner.budget._compile import (
@@ -27,7 +26,7 @@ from tuner.budget._compile import (
     without_interpreter,
     worker_init,
 )
-from tuner.spawn import sigint_blocked
+from tuner.spawn import compile_context, sigint_blocked
 from tuner.trace import TIMELINE
 
 __all__ = ["MAX_JOBS", "CompilePool", "compile_many"]
@@ -36,9 +35,10 @@ MAX_JOBS = 1024     # compile processes a command may ask for: more than any mac
 
 
 class CompilePool:
-    """Compiles on many cores in fresh (spawned) processes, kept for many batches.
+    """Compiles on many cores in fresh processes, kept for many batches.
 
-    Spawn, not fork: the parent may hold a CUDA context, which fork would corrupt.
+    Forked by the compile server (:func:`tuner.spawn.compile_context`), or spawned; never forked from
+    this process, which may hold a CUDA context that fork would corrupt.
     Cache hits are answered at once, without a worker. Tasks wait in the pool's own queue,
     urgent ones first, then in the order they came; at most ``jobs`` are in the processes.
 
@@ -59,14 +59,16 @@ class CompilePool:
 
     def _ensure_executor(self) -> ProcessPoolExecutor:
         if self._executor is None:
-            self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("spawn"),
-                                                 initializer=worker_init)
+            environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+            self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=compile_context(),
+                                                 initializer=worker_init, initargs=(environment, os.getpid()))
         return self._executor
 
     def start(self) -> None:
-        """Spawn every worker now, each importing the compiler, without waiting: a spawned worker
+        """Begin every worker now, each importing the compiler, without waiting: a spawned worker
         takes seconds to import Triton (3.6 s for one worker on the loaded 2-core CPU of
-        docs/results/2026-12-01-compile.md), which otherwise falls on the first batch's compiles."""
+        docs/results/2026-12-01-compile.md), which otherwise falls on the first batch's compiles
+        (a forked one has it from the compile server, which may still be importing it)."""
         executor = self._ensure_executor()
         with without_interpreter(), sigint_blocked():       # a process is spawned by each submit
             for _ in range(self.jobs):

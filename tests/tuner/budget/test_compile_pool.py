@@ -3,6 +3,7 @@ than it has (a thread pool stands in for the processes, a recording stub for the
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 from concurrent.futures import CancelledError, ThreadPoolExecutor
@@ -156,3 +157,42 @@ def test_a_ctrl_c_while_the_pool_closes_ends_its_processes_at_once(monkeypatch):
     while any(process.is_alive() for process in processes) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(processes) == 2 and not any(process.is_alive() for process in processes)
+
+
+forked_by_server = pytest.mark.skipif("forkserver" not in multiprocessing.get_all_start_methods(),
+                                      reason="this platform has no compile server (the pool spawns its processes)")
+
+
+@forked_by_server
+def test_compile_processes_are_forked_by_the_server_with_the_pools_environment(monkeypatch):
+    """The compile server began before the environment changed (as the sweep begins it first): a
+    process it forks still sees the environment of the pool's maker as it was when the pool was made,
+    without TRITON_INTERPRET; and it is the server's child, not this process's (nothing forked from here)."""
+    import os
+
+    from tuner.spawn import start_compile_server
+
+    start_compile_server()
+    monkeypatch.setenv("FA2_TUNER_TEST_LATE", "set after the server began")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with CompilePool(1) as pool:
+        executor = pool._ensure_executor()
+        assert executor.submit(os.getenv, "FA2_TUNER_TEST_LATE").result(120) == "set after the server began"
+        assert executor.submit(os.getenv, "TRITON_INTERPRET").result(30) is None
+        assert executor.submit(os.getppid).result(30) != os.getpid()
+
+
+@forked_by_server
+def test_a_forked_compile_process_ends_on_its_pools_sigterm():
+    """A compile process takes SIGTERM from the sweep alone (tuner.spawn.ignore_interrupts); forked by the
+    server, its parent is the server, so the sweep's SIGTERM (multiprocessing's terminate) must still count."""
+    import os
+
+    with CompilePool(1) as pool:
+        executor = pool._ensure_executor()
+        assert executor.submit(os.getpid).result(120) > 0
+        process = next(iter(executor._processes.values()))
+        process.terminate()
+        process.join(10)
+        assert not process.is_alive()
+        pool._executor = None      # its one process is gone: the pool is not closed through it
