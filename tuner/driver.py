@@ -324,11 +324,11 @@ class Sweep:
         if slot.ctx.baselines:
             return
         started = time.perf_counter()
-        with TIMELINE.span("worker start, baselines", f"device {slot.index}"):
+        with TIMELINE.span("worker start", f"device {slot.index}"):    # its first request waits for its start
             slot.ctx.device = slot.worker.device_info()
+        with TIMELINE.span("baselines", f"device {slot.index}"):
             slot.ctx.baselines = slot.worker.baselines()
-        if slot.index == 0:
-            self.ctx.baselines = slot.ctx.baselines
+        self.ctx.baselines = slot.ctx.baselines if slot.index == 0 else self.ctx.baselines
         self.store.add(*records.baseline_rows(self.ctx.run_id, slot.ctx.baselines, "start", slot.ctx.device))
         took = time.perf_counter() - started
         with self.lock:

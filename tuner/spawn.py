@@ -25,6 +25,7 @@ project imports.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import os
 import signal
@@ -50,6 +51,10 @@ EARLY_ENV = "FA2_TUNER_EARLY_WORKER"
 # What every compile imports (tuner.budget._compile.import_compiler, and the module a task's function lives in):
 # imported once, by the compile server, before it forks a compile process.
 COMPILE_PRELOAD = ("triton.compiler", "tuner.kernels", "tuner.budget._compile")
+# What a GPU worker's start imports (tuner.runner's loop, the kernels, the timers): imported by a worker begun
+# early while it waits for its work, which otherwise began with them (the H100's trace of 2026-12-07: the worker's
+# start and SDPA baselines, 6.9 s from being handed its work, held back the first trial until 12.1 s).
+WORKER_PRELOAD = ("tuner.runner", "tuner.kernels", "kernel.measure.timing")
 
 
 def visible_device(index: int) -> str:
@@ -236,6 +241,10 @@ def _serve_when_told(conn, warm_cuda: bool) -> None:
             import torch
 
             torch.zeros(1, device="cuda")
+        if "TRITON_INTERPRET" not in os.environ:     # the kernels as the GPU (not the interpreter) runs them
+            for module in WORKER_PRELOAD:
+                with contextlib.suppress(Exception):  # as above: an import error is the worker's start's to report
+                    importlib.import_module(module)
     try:
         message = conn.recv()
     except EOFError:
