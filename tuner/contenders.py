@@ -10,6 +10,11 @@ config ``incorrect`` like any other. A config slower than that at every shape ke
 with a reason that says its edge shapes were not checked and why; since the best only falls, it
 could never have been chosen, and the finalists, winners and emitted list leave it out anyway
 (:func:`tuner.gate.edges_checked`). ``--edge-gate all`` checks every config's edge shapes.
+
+The same margin bounds a trial's timing (:meth:`Contenders.bounds`): at a shape where a config is
+past it after the first quarter of its window, a finer figure could change no decision (not the
+edge step, not the finalists, not a winner), so the rest of the window is not timed there; the
+shape's timer says so (``cuda_graph_short``).
 """
 
 from __future__ import annotations
@@ -43,6 +48,12 @@ class Contenders:
             ratios = [s.ms / self.best[label] if label in self.best else 1.0
                       for label, s in outcome.shapes.items() if s.ms]
         return min(ratios, default=1.0)
+
+    def bounds(self) -> dict[str, float]:
+        """Shape label -> the margin over the best so far: the time past which a trial's figure
+        there may be coarse (:func:`kernel.measure.timing.gpu_time`'s ``bound_ms``)."""
+        with self.lock:
+            return {label: best * self.margin for label, best in self.best.items()}
 
     def record(self, outcome: TrialOutcome) -> None:
         """A timed config's times may be the new best (one left unchecked never is: it is

@@ -225,7 +225,7 @@ class Sweep:
         try:
             with self._device(asked, "trial") as slot:      # for the check and the timing only
                 self._ensure_baselines(slot)
-                outcome = slot.worker.trial(config, edges=not asked.edge_tasks)
+                outcome = slot.worker.trial(config, edges=not asked.edge_tasks, bounds=self.contenders.bounds())
             if asked.edge_tasks and outcome.status == Status.TIMED:
                 outcome = self._edge_step(asked, outcome)
             self.contenders.record(outcome)

@@ -12,7 +12,10 @@ In the worker, for each config:
 1. **check**: the gate of :mod:`tuner.gate`, on every study shape and the gate shapes (the edge
    shapes may be left to a later ``check`` request: :mod:`tuner.contenders`);
 2. **time**: GPU time per call by CUDA-graph replay over input sets that do not fit in
-   L2, and the host time of a call (:mod:`kernel.measure.timing`), on every study shape.
+   L2, and the host time of a call (:mod:`kernel.measure.timing`), on every study shape. A
+   trial's request carries a bound per shape (the contenders' margin over the best so far,
+   :meth:`tuner.contenders.Contenders.bounds`): a config past it after the first quarter of the
+   window is timed no longer there, since a finer figure would change no decision.
 
 ``retime`` times lists of configs together in interleaved rounds (the finalists), with
 SDPA in the same rounds. What a config is checked and timed with is the kernel's
@@ -99,7 +102,8 @@ class WorkerBench:
         calls[0]()
         return (time.perf_counter() - start) * 1e3
 
-    def _time(self, problem: Problem, config, host: bool = True) -> tuple[float, str, float | None, float | None]:
+    def _time(self, problem: Problem, config, host: bool = True,
+              bound_ms: float | None = None) -> tuple[float, str, float | None, float | None]:
         """(GPU ms per call, timer, host µs per call, mean SM MHz or None) of a config on a shape."""
         calls = self._calls(problem, config)
         if self.device == "cpu":
@@ -107,7 +111,7 @@ class WorkerBench:
             return ms, WALL, ms * 1e3, None
         from kernel.measure.timing import gpu_time, host_us
 
-        timing = gpu_time(calls, self.rep_ms, self.warmup_ms, clock=sm_clock())
+        timing = gpu_time(calls, self.rep_ms, self.warmup_ms, clock=sm_clock(), bound_ms=bound_ms)
         user_call = self.kernel.call(config, self._sets(problem)[0], problem, allocate=True)
         return timing.ms, timing.method, host_us(user_call, HOST_CALLS, 2) if host else None, timing.mhz
 
@@ -195,17 +199,20 @@ class WorkerBench:
             outcome.status, outcome.reason = Status.INCORRECT, failures[0]
         return outcome
 
-    def trial_without_edges(self, config) -> TrialOutcome:
+    def trial_without_edges(self, request: tuple) -> TrialOutcome:
         """:meth:`trial` with the gate's edge shapes left for a later :meth:`check`."""
-        return self.trial(config, edges=False)
+        return self.trial(request, edges=False)
 
-    def trial(self, config, edges: bool = True) -> TrialOutcome:
+    def trial(self, request: tuple, edges: bool = True) -> TrialOutcome:
+        """``request``: (config, bounds), bounds a shape label -> ms (:func:`kernel.measure.timing.gpu_time`'s
+        ``bound_ms``; a shape without one is timed over the whole window)."""
+        config, bounds = request
         outcome = self.check(config, edges)
         if outcome.status != Status.TIMED:
             return outcome
         started = time.perf_counter()
         for problem in self.shapes:
-            ms, timer, host, mhz = self._time(problem, config)
+            ms, timer, host, mhz = self._time(problem, config, bound_ms=bounds.get(problem.label))
             outcome.shapes[problem.label] = replace(outcome.shapes[problem.label], ms=ms, timer=timer, host_us=host,
                                                     mhz=mhz)
         outcome.time_s = time.perf_counter() - started
@@ -340,18 +347,19 @@ class GpuWorker:
         """Columns naming the device: index, name, UUID and host."""
         return {"device_index": self.device_index or 0, "host": socket.gethostname(), **self.request("device_info")}
 
-    def trial(self, config, edges: bool = True) -> TrialOutcome:
-        """Check and time one config (its gate's edge shapes only if ``edges``); failures come back
-        as an outcome, never raised."""
-        return self._outcome("trial" if edges else "trial_without_edges", config)
+    def trial(self, config, edges: bool = True, bounds: dict[str, float] | None = None) -> TrialOutcome:
+        """Check and time one config (its gate's edge shapes only if ``edges``; ``bounds``: shape label ->
+        ms past which a shape's timing stops early, :meth:`WorkerBench.trial`); failures come back as an
+        outcome, never raised."""
+        return self._outcome("trial" if edges else "trial_without_edges", (config, dict(bounds or {})))
 
     def check(self, config) -> TrialOutcome:
         """The whole gate for one config, untimed (a contender's edge shapes: :mod:`tuner.driver`)."""
         return self._outcome("check", config)
 
-    def _outcome(self, kind: str, config) -> TrialOutcome:
+    def _outcome(self, kind: str, argument) -> TrialOutcome:
         try:
-            return self.request(kind, config)
+            return self.request(kind, argument)
         except WorkerFailed as failure:
             return TrialOutcome(status=failure.status, reason=failure.reason, error_type=failure.error_type)
 

@@ -33,6 +33,10 @@ import torch.nn.functional as F
 
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
 GRAPH, DO_BENCH, WALL = "cuda_graph", "do_bench", "wall_clock"
+# A graph timed over the first window only (:func:`gpu_time` with ``bound_ms``): slower than the bound there.
+GRAPH_SHORT = "cuda_graph_short"
+FIRST_WINDOW = 0.25           # the share of ``rep_ms`` a bounded timing takes first (10 replays at least)
+MIN_REPLAYS = 10
 DEFAULT_L2_BYTES = 50 << 20
 MAX_SETS = 64
 # (rep_ms, settle_ms) for re-timings that must agree run to run (finalists, stability): on the
@@ -137,14 +141,18 @@ class CapturedGraph:
             self.graph.replay()
         torch.cuda.synchronize()
 
-    def timed(self, rep_ms: float, clock=None) -> tuple[list[float], float | None]:
+    def replays_for(self, ms: float) -> int:
+        """How many timed replays ``ms`` of them are (:data:`MIN_REPLAYS` to 5000)."""
+        return max(MIN_REPLAYS, min(5000, int(ms / self.replay_ms)))
+
+    def timed(self, rep_ms: float, clock=None, replays: int | None = None) -> tuple[list[float], float | None]:
         """(GPU ms per call of each replay, mean SM MHz while they ran): about ``rep_ms`` of replays
-        timed one by one with CUDA events; the clock (:mod:`kernel.measure.clock`) is read while the GPU
-        works through them (None without one)."""
+        (or ``replays`` of them) timed one by one with CUDA events; the clock
+        (:mod:`kernel.measure.clock`) is read while the GPU works through them (None without one)."""
         from kernel.measure.clock import sample_while
 
-        replays = max(10, min(5000, int(rep_ms / self.replay_ms)))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(replays or self.replays_for(rep_ms))]
         for start, end in events:
             start.record()
             self.graph.replay()
@@ -152,7 +160,6 @@ class CapturedGraph:
         mhz = sample_while(lambda: not events[-1][1].query(), clock)
         torch.cuda.synchronize()
         return [start.elapsed_time(end) / self.calls_per_replay for start, end in events], mhz
-
 
     def timed_pair(self, partner: CapturedGraph, rep_ms: float, clock=None, share: int = 4) -> tuple[
             list[float], list[float], float | None]:
@@ -236,7 +243,7 @@ def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, s
 
 
 def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup_ms: int = 10,
-             settle_ms: float = 0.0, clock=None) -> Timing:
+             settle_ms: float = 0.0, clock=None, bound_ms: float | None = None) -> Timing:
     """GPU time per call by graph replay, or ``do_bench`` where capture fails (see module doc).
 
     ``clock`` (:func:`kernel.measure.clock.sm_clock`) is read while the timed replays run (``mhz``).
@@ -244,16 +251,37 @@ def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup
     cap and lowers its clock from 1980 MHz to 1740-1905 MHz within tens of milliseconds,
     so short windows catch it in different states. Re-timings that must agree with
     each other (:data:`RETIME`) settle first and time longer.
+
+    ``bound_ms``: the time past which the figure's precision decides nothing (a sweep's: the
+    contenders' margin over the best so far, :mod:`tuner.contenders`). The first
+    :data:`FIRST_WINDOW` of the replays are timed; a median past the bound ends there
+    (:data:`GRAPH_SHORT`), else the rest are timed and the median is over all of them.
     """
     try:
-        per_call, mhz = graph_replay_samples(calls, rep_ms, settle_ms, clock)
-        return Timing(statistics.median(per_call), GRAPH, mhz)
+        return _graph_timing(calls, rep_ms, settle_ms, clock, bound_ms)
     except RuntimeError:
         torch.cuda.synchronize()
         before = clock.mhz() if clock else None
         ms = do_bench_median(calls[0], warmup_ms, int(rep_ms))
         after = clock.mhz() if clock else None
         return Timing(ms, DO_BENCH, statistics.fmean([before, after]) if before and after else None)
+
+
+def _graph_timing(calls, rep_ms: float, settle_ms: float, clock, bound_ms: float | None) -> Timing:
+    """:func:`gpu_time` by graph replay (raises RuntimeError where the calls cannot be captured)."""
+    captured = capture_graph(calls)
+    captured.replay_for(settle_ms)
+    replays = captured.replays_for(rep_ms)
+    first = replays if bound_ms is None else min(replays, max(MIN_REPLAYS, int(replays * FIRST_WINDOW)))
+    per_call, mhz = captured.timed(rep_ms, clock, first)
+    if first < replays and statistics.median(per_call) > bound_ms:
+        return Timing(statistics.median(per_call), GRAPH_SHORT, mhz)
+    if first < replays:
+        rest, rest_mhz = captured.timed(rep_ms, clock, replays - first)
+        if mhz and rest_mhz:
+            mhz = (mhz * first + rest_mhz * (replays - first)) / replays
+        per_call = per_call + rest
+    return Timing(statistics.median(per_call), GRAPH, mhz)
 
 
 def host_us(call: Callable[[], object], calls: int = 100, batches: int = 5) -> float:

@@ -152,3 +152,17 @@ def test_edge_gate_all_checks_every_config_in_its_trial(tiny, tmp_path, monkeypa
     db = tmp_path / "a.db"
     assert sweep.main(sweep_args(tiny, db, "--sampler", "grid", "--finalists", "0", "--edge-gate", "all")) == 0
     assert {r.status for r in _rows(db) if r.config == bad} == {Status.INCORRECT}
+
+
+def test_the_bounds_are_the_margin_over_each_shapes_best_timed_config():
+    from tuner.contenders import Contenders
+    from tuner.outcome import ShapeOutcome, TrialOutcome
+
+    contenders = Contenders(margin=1.3)
+    assert contenders.bounds() == {}                   # nothing timed: every shape timed whole
+    contenders.record(TrialOutcome(Status.TIMED, "", {"a": ShapeOutcome("a", True, ms=2.0),
+                                                      "b": ShapeOutcome("b", True, ms=1.0)}))
+    contenders.record(TrialOutcome(Status.TIMED, "", {"a": ShapeOutcome("a", True, ms=1.0),
+                                                      "b": ShapeOutcome("b", True, ms=3.0)}))
+    contenders.record(TrialOutcome(Status.INCORRECT, "", {"a": ShapeOutcome("a", False, ms=0.1)}))
+    assert contenders.bounds() == pytest.approx({"a": 1.3, "b": 1.3})

@@ -34,11 +34,12 @@ def worker(monkeypatch):
             return {label: dict(flash_ms=1.0, cudnn_ms=1.0, flash_host_us=1.0, cudnn_host_us=1.0, timer="wall_clock")
                     for label in labels}
         if kind in ("trial", "trial_without_edges", "check"):
-            state["trials"].append(argument.key)
+            config = argument if kind == "check" else argument[0]      # a trial's: (config, bounds)
+            state["trials"].append(config.key)
             with sqlite3.connect(state["db"]) as connection:
-                state["seen"][argument.key] = connection.execute(
-                    "select status from fa2_results where config = ?", (argument.key,)).fetchall()
-            failure = state["failing"].get(argument.key)
+                state["seen"][config.key] = connection.execute(
+                    "select status from fa2_results where config = ?", (config.key,)).fetchall()
+            failure = state["failing"].get(config.key)
             if failure:
                 raise WorkerFailed(failure, f"injected {failure}")
             shapes = {label: ShapeOutcome(label, True, errors=(NamedError("out", 0.0, 1.0),), ms=1.0,

@@ -18,14 +18,15 @@ from tuner.runner import GpuWorker
 from tuner.status import Status
 
 
+def ms_of(key: str, label: str) -> float:     # ~1 ms, configs 0.5% apart: within a re-timing's noise
+    return 1.0 + 0.005 * (sum(map(ord, key + label)) % 7)
+
+
 @pytest.fixture
 def fake_worker(monkeypatch):
     """Every request the sweep makes of a worker, answered here and logged (kind, argument)."""
     log: list[tuple[str, object]] = []
     noise = random.Random()         # a fresh draw each re-timing, never seeded: runs differ
-
-    def ms_of(key: str, label: str) -> float:     # ~1 ms, configs 0.5% apart: within a re-timing's noise
-        return 1.0 + 0.005 * (sum(map(ord, key + label)) % 7)
 
     def request(self, kind, argument=None, timeout_s=None):
         log.append((kind, argument))
@@ -36,8 +37,9 @@ def fake_worker(monkeypatch):
             return {label: dict(flash_ms=1.0, cudnn_ms=1.0, flash_host_us=1.0, cudnn_host_us=1.0, timer="wall_clock")
                     for label in labels}
         if kind in ("trial", "trial_without_edges", "check"):
+            config = argument if kind == "check" else argument[0]      # a trial's: (config, bounds)
             shapes = {label: ShapeOutcome(label, True, errors=(NamedError("out", 0.0, 1.0),),
-                                          ms=ms_of(argument.key, label), timer="wall_clock") for label in labels}
+                                          ms=ms_of(config.key, label), timer="wall_clock") for label in labels}
             return TrialOutcome(Status.TIMED, "", shapes)
         if kind == "retime":
             finalists, _protocol = argument
@@ -59,6 +61,11 @@ def test_a_warm_rerun_emits_the_same_file_and_measures_nothing(tiny, tmp_path, f
     first = emitted.read_bytes()
     kinds = {kind for kind, _ in fake_worker}
     assert {"trial", "retime", "baselines"} <= kinds         # the first run measured
+    trials = [argument for kind, argument in fake_worker if kind in ("trial", "trial_without_edges")]
+    assert trials[0][1] == {}                                 # the first trial: nothing to bound it by
+    *before, (_, last) = trials                               # the last: 1.3x the best of those before
+    assert last and all(ms == pytest.approx(1.3 * min(ms_of(c.key, label) for c, _ in before))
+                        for label, ms in last.items())
     fake_worker.clear()
     assert sweep.main(args) == 0
     assert fake_worker == []                                 # nothing measured: no trial, re-timing nor SDPA

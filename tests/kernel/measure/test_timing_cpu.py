@@ -156,19 +156,21 @@ def test_a_worker_times_every_set_and_takes_the_host_time_of_a_users_allocating_
     fake = FakeKernel(n_sets=5)
     bench = runner.WorkerBench(fake, [problem], (3, 17), "cuda")
     seen = {}
-    monkeypatch.setattr(timing, "gpu_time", lambda calls, rep, warm, clock=None: seen.update(
-        gpu=[c.reads for c in calls], allocating=[c.allocate for c in calls], rep=rep, warm=warm)
+    monkeypatch.setattr(timing, "gpu_time", lambda calls, rep, warm, clock=None, bound_ms=None: seen.update(
+        gpu=[c.reads for c in calls], allocating=[c.allocate for c in calls], rep=rep, warm=warm, bound=bound_ms)
         or timing.Timing(0.125, timing.GRAPH, 1800.0))
     monkeypatch.setattr(timing, "host_us", lambda call, calls, batches: seen.update(
         host=(call.reads, call.allocate, calls, batches)) or 42.0)
     config = FwdConfig(16, 16, 1, 1)
     assert bench._time(problem, config) == (0.125, timing.GRAPH, 42.0, 1800.0)   # the clock read with it
     assert seen["gpu"] == [0, 1, 2, 3, 4] and seen["allocating"] == [False] * 5
-    assert (seen["rep"], seen["warm"]) == (17, 3)
+    assert (seen["rep"], seen["warm"], seen["bound"]) == (17, 3, None)
     assert seen["host"] == (0, True, runner.HOST_CALLS, 2)
     assert all(c.config is config for c in fake.made)
     seen.clear()
     assert bench._time(problem, config, host=False) == (0.125, timing.GRAPH, None, 1800.0) and "host" not in seen
+    bench._time(problem, config, bound_ms=0.5)
+    assert seen["bound"] == 0.5                                 # a trial's bound reaches the stopwatch
 
 
 def test_host_us_together_interleaves_the_paths_batches_and_pins_each_batch(monkeypatch):
@@ -222,3 +224,40 @@ def test_kept_scratch_holds_every_tma_scratch_until_the_block_ends(monkeypatch):
     assert launch._KEPT_SCRATCH is None
     launch.tma_scratch(32, 64, None)          # outside any block: nothing held
     assert launch._KEPT_SCRATCH is None
+
+
+class FakeGraph(timing.CapturedGraph):
+    """A captured graph whose replays take ``ms`` each (per call: one call per replay), counted."""
+
+    def __init__(self, ms: float, replay_ms: float = 1.0):
+        super().__init__(graph=None, calls_per_replay=1, replay_ms=replay_ms)
+        self.ms, self.windows = ms, []
+
+    def replay_for(self, ms):
+        pass
+
+    def timed(self, rep_ms, clock=None, replays=None):
+        count = replays or self.replays_for(rep_ms)
+        self.windows.append(count)
+        return [self.ms] * count, 1800.0
+
+
+@pytest.mark.parametrize("ms, bound, windows, method", [
+    (2.0, None, [40], timing.GRAPH),           # no bound: the whole window at once
+    (2.0, 1.5, [10], timing.GRAPH_SHORT),      # past the bound after a quarter: it stops there
+    (1.0, 1.5, [10, 30], timing.GRAPH),        # within it: the rest is timed, the median over all 40
+])
+def test_a_bounded_timing_stops_after_its_first_quarter_only_past_the_bound(monkeypatch, ms, bound, windows, method):
+    graph = FakeGraph(ms)
+    monkeypatch.setattr(timing, "capture_graph", lambda calls: graph)
+    got = timing.gpu_time([lambda: None], rep_ms=40.0, bound_ms=bound)
+    assert (got.ms, got.method, graph.windows) == (ms, method, windows)
+
+
+def test_a_window_of_the_fewest_replays_is_not_split(monkeypatch):
+    """A replay as long as a quarter of the window: the first part would be the whole (10 replays at
+    least), so a bound shortens nothing and the figure is the whole window's."""
+    graph = FakeGraph(2.0, replay_ms=4.0)
+    monkeypatch.setattr(timing, "capture_graph", lambda calls: graph)
+    got = timing.gpu_time([lambda: None], rep_ms=40.0, bound_ms=1.0)
+    assert (got.method, graph.windows) == (timing.GRAPH, [10])
