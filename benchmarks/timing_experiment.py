@@ -35,7 +35,7 @@ def _estimate(values: list[float], estimator: str) -> float:
 def replay_rounds() -> dict:
     """Per protocol and repeat: config key -> every round's list of per-replay times."""
     from benchmarks.vs_sdpa import make_sets, set_calls
-    from kernel.measure.timing import graph_replay_times, interleaved_rounds
+    from kernel.measure.timing import interleaved_rounds
     from tuner.kernels.triton_fwd import FwdConfig
     from tuner.problem import Problem
 
@@ -48,6 +48,15 @@ def replay_rounds() -> dict:
             raw[f"{name}#{repeat}"] = interleaved_rounds(
                 candidates, 5, measure=lambda calls, rep=rep, warm=warm: graph_replay_times(calls, rep, warm))
     return raw
+
+
+def graph_replay_times(calls, rep_ms: float, settle_ms: float) -> list[float]:
+    """GPU ms per call of each timed replay of a graph of ``calls``, ``settle_ms`` of untimed replays first."""
+    from kernel.measure.timing import capture_graph
+
+    captured = capture_graph(calls)
+    captured.replay_for(settle_ms)
+    return captured.timed(rep_ms)[0]
 
 
 def host_rounds() -> dict:

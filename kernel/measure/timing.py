@@ -215,33 +215,6 @@ def capture_graph(calls: Sequence[Callable[[], object]]) -> CapturedGraph:
     return CapturedGraph(graph, passes * len(calls), pass_ms * passes)
 
 
-def graph_replay_samples(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, settle_ms: float = 0.0,
-                         clock=None) -> tuple[list[float], float | None]:
-    """(GPU ms per call of each timed replay, mean SM MHz or None) of a CUDA graph that cycles
-    through ``calls`` (:func:`capture_graph`): ``settle_ms`` of replays run untimed first (the
-    clocks settle after the host work that built the graph), then ``rep_ms`` are timed.
-
-    Raises:
-        RuntimeError: the calls cannot be captured (the caller falls back to do_bench).
-    """
-    captured = capture_graph(calls)
-    captured.replay_for(settle_ms)
-    samples = captured.timed(rep_ms, clock)
-    del captured
-    return samples
-
-
-def graph_replay_times(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0,
-                       settle_ms: float = 0.0) -> list[float]:
-    """GPU ms per call of each timed replay (:func:`graph_replay_samples`, without the clock)."""
-    return graph_replay_samples(calls, rep_ms, settle_ms)[0]
-
-
-def graph_time_ms(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, settle_ms: float = 0.0) -> float:
-    """Median GPU ms per call over graph replays (:func:`graph_replay_times`)."""
-    return statistics.median(graph_replay_times(calls, rep_ms, settle_ms))
-
-
 def gpu_time(calls: Sequence[Callable[[], object]], rep_ms: float = 40.0, warmup_ms: int = 10,
              settle_ms: float = 0.0, clock=None, bound_ms: float | None = None) -> Timing:
     """GPU time per call by graph replay, or ``do_bench`` where capture fails (see module doc).
@@ -274,14 +247,11 @@ def _graph_timing(calls, rep_ms: float, settle_ms: float, clock, bound_ms: float
     replays = captured.replays_for(rep_ms)
     first = replays if bound_ms is None else min(replays, max(MIN_REPLAYS, int(replays * FIRST_WINDOW)))
     per_call, mhz = captured.timed(rep_ms, clock, first)
-    if first < replays and statistics.median(per_call) > bound_ms:
-        return Timing(statistics.median(per_call), GRAPH_SHORT, mhz)
-    if first < replays:
+    if first < replays and statistics.median(per_call) <= bound_ms:     # a contender there: the rest of the window
         rest, rest_mhz = captured.timed(rep_ms, clock, replays - first)
-        if mhz and rest_mhz:
-            mhz = (mhz * first + rest_mhz * (replays - first)) / replays
-        per_call = per_call + rest
-    return Timing(statistics.median(per_call), GRAPH, mhz)
+        mhz = (mhz * first + rest_mhz * (replays - first)) / replays if mhz and rest_mhz else mhz
+        per_call, first = per_call + rest, replays
+    return Timing(statistics.median(per_call), GRAPH if first == replays else GRAPH_SHORT, mhz)
 
 
 def host_us(call: Callable[[], object], calls: int = 100, batches: int = 5) -> float:
@@ -364,8 +334,7 @@ def sdpa_backends(sets: Sequence[tuple], causal: bool) -> dict[str, Pinned]:
             for backend in SDPA_BACKENDS}
 
 
-def time_sdpa(sets: Sequence[tuple], causal: bool, rep_ms: float = 40.0,
-              warmup_ms: int = 10, settle_ms: float = 0.0,
+def time_sdpa(sets: Sequence[tuple], causal: bool, rep_ms: float = 40.0, warmup_ms: int = 10, settle_ms: float = 0.0,
               host: bool = True) -> dict[str, dict[str, float | str | None]]:
     """Each SDPA backend on the input sets ``[(q, k, v), ...]``: GPU ms, host µs, method
     (:func:`time_backends`)."""

@@ -55,6 +55,24 @@ def test_graph_timer_agrees_with_do_bench_at_n_4096():
 
 
 @pytest.mark.gpu
+def test_a_bounded_timing_stops_short_only_past_its_bound_on_a_real_graph():
+    """A bound under the call's time ends after the first quarter (cuda_graph_short), one over it
+    times the whole window; both figures are the call's time (within the noise of short windows)."""
+    from benchmarks.vs_sdpa import make_sets, set_calls
+    from tuner.kernels.triton_fwd import FwdConfig
+    from tuner.problem import Problem
+
+    problem = Problem(4, 8, 1024, 1024, 64, "bf16", False)
+    calls = set_calls(make_sets(problem), problem, FwdConfig(128, 64, 8, 3))
+    whole = timing.gpu_time(calls, rep_ms=40)
+    short = timing.gpu_time(calls, rep_ms=40, bound_ms=whole.ms / 2)
+    full = timing.gpu_time(calls, rep_ms=40, bound_ms=whole.ms * 2)
+    print(f"\nwhole {whole.ms:.4f} ms, short {short.ms:.4f} ({short.method}), bounded {full.ms:.4f} ({full.method})")
+    assert (whole.method, short.method, full.method) == (timing.GRAPH, timing.GRAPH_SHORT, timing.GRAPH)
+    assert abs(short.ms / whole.ms - 1) <= 0.1 and abs(full.ms / whole.ms - 1) <= 0.1
+
+
+@pytest.mark.gpu
 @pytest.mark.timing
 def test_a_planned_call_costs_the_host_far_less_than_the_jit_launch():
     """From the second call the plan launches the binary directly: interleaved rounds against
