@@ -42,7 +42,7 @@ HEAD_DIMS = (64, 128)
 # ws ran ahead of it at every length measured (docs/results/2026-12-01-h200-gluon.md).
 OURS = {"fwd": ("triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64", "ws_64_p2", "ws_64x64_p2", "ws_128_p1",
                 "ws_64x64_r144", "ws_64x64_p3", "ws_64x64_p4", "ws_p0"),
-        "bwd": ("triton", "gluon", "gluon_1c", "gluon_2c")}
+        "bwd": ("triton", "gluon", "gluon_1c", "gluon_2c", "gluon_128")}
 SHORT_ONLY = frozenset({"triton_64x64", "ws_128", "ws_64", "ws_64x64", "ws_64_p2", "ws_64x64_p2", "ws_128_p1",
                         "ws_64x64_p3", "ws_p0", "gluon_1c"})
 SHORT_UP_TO = 2048

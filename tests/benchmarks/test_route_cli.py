@@ -73,9 +73,9 @@ MANY_PROGRAMS = ["ws_64x64_r144", "ws_64x64_p3", "ws_64x64_p4"]
     # past SHORT_UP_TO: the defaults, and the 64 x 64 tiles of three and four programs an SM
     ("fwd", 4096, 64, ["triton", "ws", "ws_64x64_r144", "ws_64x64_p4"]),
     ("bwd", 512, 128, ["triton", "gluon", "gluon_1c"]),
-    ("bwd", 512, 64, ["triton", "gluon", "gluon_2c"]),                  # D=64's Gluon default has one consumer
+    ("bwd", 512, 64, ["triton", "gluon", "gluon_2c", "gluon_128"]),   # D=64's Gluon default has one consumer
     ("bwd", 8192, 128, ["triton", "gluon"]),                            # gluon_2c is D=64's only
-    ("bwd", 8192, 64, ["triton", "gluon", "gluon_2c"]),                 # at every length (aimed at the long ones)
+    ("bwd", 8192, 64, ["triton", "gluon", "gluon_2c", "gluon_128"]),  # at every length (aimed at the long ones)
 ])
 def test_short_lengths_time_the_short_tiles_and_no_config_twice(pass_, n, head_dim, wanted):
     for causal in (False, True):

@@ -21,7 +21,7 @@ from kernel.triton.launch import PLANS
 
 KERNELS = {"fwd": {"triton", "triton_64x64", "ws", "ws_128", "ws_64", "ws_64x64", "ws_64_p2", "ws_64x64_p2",
                    "ws_128_p1", "ws_64x64_r144", "ws_64x64_p3", "ws_64x64_p4", "ws_p0", "pipelined"},
-           "bwd": {"triton", "gluon", "gluon_1c", "gluon_2c"}}
+           "bwd": {"triton", "gluon", "gluon_1c", "gluon_2c", "gluon_128"}}
 
 
 def test_the_committed_table_names_its_command_gpu_versions_and_date_and_holds_only_known_kernels():
@@ -191,7 +191,8 @@ def test_a_users_table_is_read_again_when_it_changes(monkeypatch, tmp_path):
      "candidates one of triton, triton_64x64, ws, ws_128, ws_64, ws_64x64, ws_64_p2, ws_64x64_p2, ws_128_p1, "
      "ws_64x64_r144, ws_64x64_p3, ws_64x64_p4, ws_p0, pipelined"),
     ("FORWARD = {(128, False, 512, 32): 'ws_64'}\nBACKWARD = {}\n", "a candidate at head dim 64 only"),
-    ("FORWARD = {}\nBACKWARD = {(64, False, 512, 32): 'ws'}\n", "candidates one of triton, gluon, gluon_1c, gluon_2c"),
+    ("FORWARD = {}\nBACKWARD = {(64, False, 512, 32): 'ws'}\n",
+     "candidates one of triton, gluon, gluon_1c, gluon_2c, gluon_128"),
 ])
 def test_a_file_that_is_not_a_route_table_is_an_error_naming_it_and_the_variable(monkeypatch, tmp_path, text,
                                                                                    fragment):

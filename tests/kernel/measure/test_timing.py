@@ -55,6 +55,7 @@ def test_graph_timer_agrees_with_do_bench_at_n_4096():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_a_bounded_timing_stops_short_only_past_its_bound_on_a_real_graph():
     """A bound under the call's time ends after the first quarter (cuda_graph_short), one over it
     times the whole window; both figures are the call's time (within the noise of short windows)."""

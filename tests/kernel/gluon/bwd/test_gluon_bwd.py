@@ -52,6 +52,7 @@ VARIANTS = [
     (GluonBwdConfig(64, num_stages=3, dq_bufs=2, consumers=2, consumer_regs=240), 64),
     (GluonBwdConfig(64, num_stages=3, dq_bufs=1, consumers=2, persistent=1, consumer_regs=240), 64),
     (GluonBwdConfig(64, num_stages=3, dq_bufs=1, consumers=2, consumer_regs=240), 64),   # gluon_2c itself
+    (GluonBwdConfig(128, num_stages=3, dq_bufs=1, consumers=2, consumer_regs=240), 64),  # gluon_128
 ]
 # Knobs each smoke run takes: the defaults (two consumer warpgroups at D=128, their own barriers),
 # one consumer everywhere, and two at D=64 too (32 of dQ's columns each).
