@@ -104,6 +104,8 @@ BACKWARD = {
     # wgmma twice as long, so its barriers and dQ reduces weigh half as much (224 KB of shared memory with three
     # stages and one dQ buffer). On an H100 at B4 H8 N4096 D64 (bwd_gluon, 2026-12-07): 0.8428 ms non-causal
     # against 0.9417 for D=64's default and 0.9272 for two consumers over 64 queries; causal 0.46-0.47 against 0.4763.
+    # Its two consumers' [64, 128] fp32 tiles fill the 168-register launch cap: Triton 3.6's ptxas spills 40 B of
+    # stack (3.8's up to 48 B, 3.9's up to 128 B), and those figures are with the spills.
     "gluon_128": Candidate("gluon", (("block_m", 128), ("consumers", 2), ("consumer_regs", 240), ("dq_bufs", 1)),
                            (64,)),
 }

@@ -1,8 +1,8 @@
 """The warp-specialized Gluon backward for Hopper (kernel/gluon/bwd/launch.py).
 
 * Compile tests (no GPU): the defaults and the knob variants compile for sm_90 under Triton 3.6
-  with no register spills, the PTX holds wgmma, bulk tensor copies, the bulk reduce (dQ) and
-  ``setmaxnreg``, and the shared memory is the model's figure, within the 227 KB limit.
+  with no register spills (but those of :data:`SPILLING`), the PTX holds wgmma, bulk tensor copies,
+  the bulk reduce (dQ) and ``setmaxnreg``, and the shared memory is the model's figure, within the 227 KB limit.
   Skipped, with the reason, on a Triton whose Gluon API is not 3.6's (as tests/kernel/gluon/fwd/test_gluon.py).
 * GPU tests (``gpu`` mark, an sm_90 GPU with Triton 3.6): dQ, dK and dV against a float32
   autograd reference of the math, within 3x PyTorch's own bf16 error on the same inputs
@@ -38,7 +38,7 @@ DEFAULT_CASES = sorted(GLUON_BWD_DEFAULTS)           # (head_dim, causal)
 
 # ------------------------------------------------------------------ compile tests (CPU)
 
-# Knob variants that must compile without spills (config, head_dim).
+# Knob variants that must compile without spills, but SPILLING's (config, head_dim).
 VARIANTS = [
     (GluonBwdConfig(128, num_stages=2, dq_bufs=2, consumer_regs=256), 64),
     (GluonBwdConfig(64, num_stages=1, dq_bufs=1), 64),
@@ -54,6 +54,11 @@ VARIANTS = [
     (GluonBwdConfig(64, num_stages=3, dq_bufs=1, consumers=2, consumer_regs=240), 64),   # gluon_2c itself
     (GluonBwdConfig(128, num_stages=3, dq_bufs=1, consumers=2, consumer_regs=240), 64),  # gluon_128
 ]
+# Variants timed with the stack they spill (bytes allowed, over SPILLS): gluon_128's two consumers hold
+# [64, 128] fp32 scores and dP^T each at the 168-register launch cap; ptxas 12.x spills 40 B of them under
+# Triton 3.6 (the GPU's), up to 48 B under 3.8 (13.x, 3.9: up to 128, under SPILLS). It ran the fastest of
+# D=64's backwards with them (docs/results/2026-12-08-h100-gluon-128-route-and-job.md): more fails.
+SPILLING = {GluonBwdConfig(128, num_stages=3, dq_bufs=1, consumers=2, consumer_regs=240): 48}
 # Knobs each smoke run takes: the defaults (two consumer warpgroups at D=128, their own barriers),
 # one consumer everywhere, and two at D=64 too (32 of dQ's columns each).
 TWO_CONSUMERS_D64 = "consumers=2,consumer_regs=240"
@@ -90,10 +95,10 @@ def _ok(report: dict) -> dict:
     return report
 
 
-def _no_spills(report: dict) -> None:
+def _no_spills(report: dict, allowed: int = 0) -> None:
     resources = report["resources"]
     if resources:               # cuobjdump ships with Triton's NVIDIA backend
-        assert resources["STACK"] <= SPILLS, f"register spills: {resources}"
+        assert resources["STACK"] <= max(SPILLS, allowed), f"register spills: {resources}"
         assert resources["SHARED"] == STATIC_SMEM, "static shared memory changed: the launch limit is off"
 
 
@@ -131,7 +136,7 @@ def test_knob_variants_compile_without_spills_and_match_the_model(index, compile
     report = _ok(compiled[f"variant{index}"])
     assert report["shared"] == report["model"]
     assert report["shared"] + STATIC_SMEM <= SMEM_LIMIT
-    _no_spills(report)
+    _no_spills(report, SPILLING.get(VARIANTS[index][0], 0))
 
 
 def test_every_config_the_tests_use_is_valid():
