@@ -11,11 +11,18 @@ entry is checked against the target's budget before anything is written.
 
 With ``--verify`` (on a GPU) it also checks the list where it matters: for each shape
 of the study, the config the autotuner picks from the list against the shape's best.
+
+With ``--route-table`` it writes beside the list the route table the default call reads on
+this machine (which of our kernels runs each bucket of head dim, mask, length and batch x
+heads: the file ``FA2_TUNER_ROUTE_TABLE`` names, else the committed ``kernel/route_table.py``;
+``python -m benchmarks.route --table FILE`` measures one for the GPU present), so that the two
+travel together; the table is checked before anything is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -187,13 +194,41 @@ def write(emitted: Emitted, path: Path) -> None:
     path.write_text(emitted.text)
 
 
+ROUTE_TABLE_NAME = "route_table.py"      # --route-table's file beside the list, where no path is given
+
+
+def route_table_source() -> Path:
+    """The route table a default call reads here: the file ``FA2_TUNER_ROUTE_TABLE`` names, else the committed one.
+
+    Raises:
+        ValueError: that file is missing or is not a route table (the message names the variable).
+    """
+    from kernel import route, route_table
+
+    route.measured_tables()             # loads and checks the user's file, as the default call would
+    given = os.environ.get(route.ROUTE_TABLE_ENV, "")
+    return Path(given).resolve() if given else Path(route_table.__file__).resolve()
+
+
+def write_route_table(source: Path, path: Path) -> str:
+    """Copy the route table ``source`` to ``path`` (nothing where they are one file); the line that says so."""
+    from kernel.route import ROUTE_TABLE_ENV
+
+    if path.resolve() != source:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source.read_text())
+    return (f"# route table {source} written to {path}; a default call reads it after: "
+            f"export {ROUTE_TABLE_ENV}={shlex.quote(str(path.resolve()))}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tuner.emit",
         description="Write the sweep's best configs as a @triton.autotune config list (and print it).",
         epilog="examples:\n  python -m tuner.emit --study article --gpu sm_90\n"
                "  python -m tuner.emit --study article --gpu sm_90 --top 4 --out kernel/triton/configs_h200.py\n"
-               "  python -m tuner.emit --study article --gpu sm_90 --verify out.md   # on the GPU: autotune vs best",
+               "  python -m tuner.emit --study article --gpu sm_90 --verify out.md   # on the GPU: autotune vs best\n"
+               "  python -m tuner.emit --study article --gpu sm_90 --route-table   # and the route table beside it",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", required=True, help="study name or file, as given to the sweep")
     parser.add_argument("--gpu", required=True, help="the sweep's target (sm_89, sm_90, h200, ...)")
@@ -209,6 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", help=f"file to write (default {DEFAULT_OUT}/configs/<study>_<target>_configs.py)")
     parser.add_argument("--verify", help="on a GPU: time the autotuned kernel with this file's list against each "
                                          "shape's best config, and write a markdown table to this path")
+    parser.add_argument("--route-table", nargs="?", const="", metavar="PATH",
+                        help="also write the route table the default call reads here (the file "
+                             "$FA2_TUNER_ROUTE_TABLE names, else the committed kernel/route_table.py) to PATH "
+                             f"(default: {ROUTE_TABLE_NAME} beside the list); measure your GPU's with "
+                             "python -m benchmarks.route --table FILE")
     return parser
 
 
@@ -228,13 +268,21 @@ def main(argv=None) -> int:
         store_file = sqlite_file(parse_url(args.storage))
     except StoreError:                  # a URL that is not one: the store says so below
         store_file = None
-    for flag, given in (("--out", out if args.out is None else args.out), ("--verify", args.verify)):
+    table = None if args.route_table is None else Path(args.route_table or out.parent / ROUTE_TABLE_NAME)
+    for flag, given in (("--out", out if args.out is None else args.out), ("--verify", args.verify),
+                        ("--route-table", table)):
         problem = unwritable(given, "file") if given is not None else None
         if problem:
             return usage_error(parser, f"{flag} {str(given)!r} {problem}")
         if given is not None and store_file is not None and Path(given).resolve() == store_file:
             return usage_error(parser, f"{flag} {str(given)!r} is the database --storage {args.storage!r} reads: "
                                        "writing there would replace it; give another file")
+    if table is not None and table.resolve() in {out.resolve(), args.verify and Path(args.verify).resolve()}:
+        return usage_error(parser, f"--route-table {str(table)!r} is the file --out or --verify writes; give another")
+    try:
+        source = route_table_source() if table is not None else None
+    except ValueError as exc:
+        return usage_error(parser, f"--route-table: {exc}")
     if args.verify:
         import torch
 
@@ -250,6 +298,8 @@ def main(argv=None) -> int:
     write(emitted, out)
     print(emitted.text)
     print(f"# written to {out}", file=sys.stderr)
+    if table is not None:
+        print(write_route_table(source, table), file=sys.stderr)
     if args.verify:
         from tuner.verify import verify
 

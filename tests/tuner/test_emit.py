@@ -194,3 +194,61 @@ def test_emit_refuses_a_study_file_other_than_the_one_the_store_was_swept_with(h
         session.get(StudyRecord, "hand").fingerprint = load(str(study)).fingerprint
     assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url,
                       "--out", str(tmp_path / "c.py")]) == 0
+
+
+def _hand_study(tmp_path):
+    study = tmp_path / "hand.toml"
+    study.write_text('name = "hand"\n[problem]\nbatch = 1\nheads = 2\nn = 128\ncausal = [false, true]\n')
+    return study
+
+
+def test_the_route_table_the_default_call_reads_is_written_beside_the_list(hand_store, tmp_path, capsys,
+                                                                           monkeypatch):
+    """Without a path, route_table.py beside --out: the committed table's text, and the export line that reads it;
+    with FA2_TUNER_ROUTE_TABLE set, that file's (it is what the default call reads here)."""
+    from pathlib import Path
+
+    import kernel.route_table
+    from kernel.route import ROUTE_TABLE_ENV
+
+    monkeypatch.delenv(ROUTE_TABLE_ENV, raising=False)
+    db, study, out = hand_store(), _hand_study(tmp_path), tmp_path / "lists" / "configs.py"
+    assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url, "--out", str(out),
+                      "--route-table"]) == 0
+    written = out.parent / "route_table.py"
+    assert written.read_text() == Path(kernel.route_table.__file__).read_text()
+    assert f"export {ROUTE_TABLE_ENV}={written.resolve()}" in capsys.readouterr().err
+    mine = tmp_path / "my_route.py"
+    mine.write_text("FORWARD = {(64, False, 512, 32): 'ws'}\nBACKWARD = {(64, True, 512, 32): 'gluon_128'}\n")
+    monkeypatch.setenv(ROUTE_TABLE_ENV, str(mine))
+    named = tmp_path / "shipped" / "route.py"
+    assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url, "--out", str(out),
+                      "--route-table", str(named)]) == 0
+    assert named.read_text() == mine.read_text()
+
+
+@pytest.mark.parametrize("table, wanted", [
+    ("FORWARD = {(64, False, 512, 32): 'warp_specialized'}\nBACKWARD = {}\n", "FA2_TUNER_ROUTE_TABLE="),
+    (None, "no such file"),
+])
+def test_a_route_table_that_is_not_one_is_refused_before_anything_is_written(hand_store, tmp_path, capsys,
+                                                                             monkeypatch, table, wanted):
+    from kernel.route import ROUTE_TABLE_ENV
+
+    bad = tmp_path / "bad_route.py"
+    if table is not None:
+        bad.write_text(table)
+    monkeypatch.setenv(ROUTE_TABLE_ENV, str(bad))
+    db, study, out = hand_store(), _hand_study(tmp_path), tmp_path / "configs.py"
+    assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url, "--out", str(out),
+                      "--route-table"]) == 2
+    err = capsys.readouterr().err
+    assert "--route-table" in err and wanted in err
+    assert not out.exists() and not (tmp_path / "route_table.py").exists()
+
+
+def test_the_route_table_may_not_be_the_config_list(hand_store, tmp_path, capsys):
+    db, study, out = hand_store(), _hand_study(tmp_path), tmp_path / "configs.py"
+    assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url, "--out", str(out),
+                      "--route-table", str(out)]) == 2
+    assert "is the file --out or --verify writes" in capsys.readouterr().err and not out.exists()
