@@ -45,7 +45,7 @@ from kernel.gluon.checks import check_outputs, check_shapes, tma_strides
 
 __all__ = ["GLUON_BWD_ROUTES", "GLUON_ROUTES", "ROUTE_MIN_FLOPS", "GluonBwdRoute", "GluonPlan", "attention_work",
            "ROUTE_TABLE_ENV", "backward_route_reason", "bwd_refusal", "default_variant", "gluon_bwd_plan", "gluon_plan",
-           "measured_kernel", "measured_tables", "refusal", "route_reason"]
+           "measured_kernel", "measured_table_file", "measured_tables", "refusal", "route_reason"]
 
 # (head dim, causal) -> the Gluon variant a default call runs on sm_90 with Triton 3.6; a pair not
 # here runs the Triton kernel. On the H200 (bf16, B4 H8 N4096, docs/results/2026-12-01-h200-gluon.md)
@@ -171,6 +171,13 @@ def gluon_plan(q, k, v, causal, out=None, lse=None) -> GluonPlan | dict | None:
 # default call instead of the committed kernel/route_table.py: an installed package need not be edited.
 ROUTE_TABLE_ENV = "FA2_TUNER_ROUTE_TABLE"
 _KERNELS = {"FORWARD": tuple(FORWARD), "BACKWARD": tuple(BACKWARD)}
+
+
+def measured_table_file() -> str:
+    """The file of the measured route a default call reads: the one :data:`ROUTE_TABLE_ENV` names (absolute), else
+    the committed kernel/route_table.py. Not checked here: :func:`measured_tables` loads and checks it."""
+    path = os.environ.get(ROUTE_TABLE_ENV, "")
+    return os.path.abspath(path) if path else os.path.abspath(route_table.__file__)
 
 
 def measured_tables() -> tuple[dict, dict]:

@@ -22,7 +22,6 @@ travel together; the table is checked before anything is written.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -203,11 +202,10 @@ def route_table_source() -> Path:
     Raises:
         ValueError: that file is missing or is not a route table (the message names the variable).
     """
-    from kernel import route, route_table
+    from kernel import route
 
     route.measured_tables()             # loads and checks the user's file, as the default call would
-    given = os.environ.get(route.ROUTE_TABLE_ENV, "")
-    return Path(given).resolve() if given else Path(route_table.__file__).resolve()
+    return Path(route.measured_table_file()).resolve()
 
 
 def write_route_table(source: Path, path: Path) -> str:
@@ -277,7 +275,8 @@ def main(argv=None) -> int:
         if given is not None and store_file is not None and Path(given).resolve() == store_file:
             return usage_error(parser, f"{flag} {str(given)!r} is the database --storage {args.storage!r} reads: "
                                        "writing there would replace it; give another file")
-    if table is not None and table.resolve() in {out.resolve(), args.verify and Path(args.verify).resolve()}:
+    written = [out] + ([Path(args.verify)] if args.verify else [])
+    if table is not None and table.resolve() in {path.resolve() for path in written}:
         return usage_error(parser, f"--route-table {str(table)!r} is the file --out or --verify writes; give another")
     try:
         source = route_table_source() if table is not None else None

@@ -31,6 +31,12 @@ def _load(path):
     return module
 
 
+def _hand_study(tmp_path):
+    study = tmp_path / "hand.toml"
+    study.write_text('name = "hand"\n[problem]\nbatch = 1\nheads = 2\nn = 128\ncausal = [false, true]\n')
+    return study
+
+
 def test_each_shapes_winner_among_configs_timed_on_every_shape(hand_store, tmp_path):
     emitted = emit.emit(hand_store(), HAND, SM90, top=0)
     emit.write(emitted, tmp_path / "c.py")
@@ -93,8 +99,7 @@ def test_the_budget_guard_applies_the_targets_model():
 
 def test_emit_cli_writes_under_out_and_exits_2_without_timed_results(hand_store, tmp_path, capsys):
     db = hand_store()
-    study = tmp_path / "hand.toml"
-    study.write_text('name = "hand"\n[problem]\nbatch = 1\nheads = 2\nn = 128\ncausal = [false, true]\n')
+    study = _hand_study(tmp_path)
     out = tmp_path / "configs.py"
     assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url, "--out", str(out)]) == 0
     assert out.read_text() in capsys.readouterr().out
@@ -178,8 +183,7 @@ def test_the_smem_comment_gives_each_head_dims_figure_where_they_differ():
 
 def test_emit_refuses_a_study_file_other_than_the_one_the_store_was_swept_with(hand_store, tmp_path, capsys):
     """As the sweep refuses it: a study of that name whose definition differs is another study, not its list."""
-    study = tmp_path / "hand.toml"
-    study.write_text('name = "hand"\n[problem]\nbatch = 1\nheads = 2\nn = 128\ncausal = [false, true]\n')
+    study = _hand_study(tmp_path)
     db = hand_store()
     db.claim_study("hand", "0123456789abcdef", "elsewhere/hand.toml")
     assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url,
@@ -194,12 +198,6 @@ def test_emit_refuses_a_study_file_other_than_the_one_the_store_was_swept_with(h
         session.get(StudyRecord, "hand").fingerprint = load(str(study)).fingerprint
     assert emit.main(["--study", str(study), "--gpu", "sm_90", "--storage", db.url,
                       "--out", str(tmp_path / "c.py")]) == 0
-
-
-def _hand_study(tmp_path):
-    study = tmp_path / "hand.toml"
-    study.write_text('name = "hand"\n[problem]\nbatch = 1\nheads = 2\nn = 128\ncausal = [false, true]\n')
-    return study
 
 
 def test_the_route_table_the_default_call_reads_is_written_beside_the_list(hand_store, tmp_path, capsys,

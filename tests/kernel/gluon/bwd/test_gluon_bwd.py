@@ -16,13 +16,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 import torch
 from conftest import ROOT
 from gluon_smoke import cross_compile_in_processes, smoke_verdict, spill_allowance
 
+from kernel.candidates import BACKWARD
 from kernel.gluon.api import GluonUnavailable, gluon_api_support, gluon_bwd_support
 from kernel.gluon.bwd.config import GLUON_BWD_DEFAULTS, GluonBwdConfig
 from kernel.gluon.bwd.launch import flash_attn_bwd_gluon
@@ -38,6 +39,8 @@ DEFAULT_CASES = sorted(GLUON_BWD_DEFAULTS)           # (head_dim, causal)
 
 # ------------------------------------------------------------------ compile tests (CPU)
 
+# The backward candidate gluon_128 as a default call runs it (its knobs over D=64's default).
+GLUON_128 = replace(GLUON_BWD_DEFAULTS[(64, False)], **BACKWARD["gluon_128"].settings)
 # Knob variants that must compile without spills, but SPILLING's (config, head_dim).
 VARIANTS = [
     (GluonBwdConfig(128, num_stages=2, dq_bufs=2, consumer_regs=256), 64),
@@ -52,13 +55,13 @@ VARIANTS = [
     (GluonBwdConfig(64, num_stages=3, dq_bufs=2, consumers=2, consumer_regs=240), 64),
     (GluonBwdConfig(64, num_stages=3, dq_bufs=1, consumers=2, persistent=1, consumer_regs=240), 64),
     (GluonBwdConfig(64, num_stages=3, dq_bufs=1, consumers=2, consumer_regs=240), 64),   # gluon_2c itself
-    (GluonBwdConfig(128, num_stages=3, dq_bufs=1, consumers=2, consumer_regs=240), 64),  # gluon_128
+    (GLUON_128, 64),
 ]
 # Variants timed with the stack they spill (bytes allowed, over SPILLS): gluon_128's two consumers hold
 # [64, 128] fp32 scores and dP^T each at the 168-register launch cap; ptxas 12.x spills 40 B of them under
 # Triton 3.6 (the GPU's), up to 48 B under 3.8 (13.x, 3.9: up to 128, under SPILLS). It ran the fastest of
 # D=64's backwards with them (docs/results/2026-12-08-h100-gluon-128-route-and-job.md): more fails.
-SPILLING = {GluonBwdConfig(128, num_stages=3, dq_bufs=1, consumers=2, consumer_regs=240): 48}
+SPILLING = {GLUON_128: 48}
 # Knobs each smoke run takes: the defaults (two consumer warpgroups at D=128, their own barriers),
 # one consumer everywhere, and two at D=64 too (32 of dQ's columns each).
 TWO_CONSUMERS_D64 = "consumers=2,consumer_regs=240"
